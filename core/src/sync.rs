@@ -1,0 +1,140 @@
+//! The one place that names synchronisation primitives.
+//!
+//! Every atomic, lock, `Arc`, spin hint and published pointer the crate uses comes from here.
+//! In a normal build they are `std`'s atomics, `parking_lot`'s mutex, `crossbeam-utils`'
+//! `CachePadded` and `arc-swap`. Built with `RUSTFLAGS="--cfg slotpool_loom"` they are loom's, so
+//! the loom models in `slotpool-loom-tests` explore every interleaving of the real protocol code
+//! rather than a copy of it. No other module may import `std::sync` or `parking_lot` directly.
+//!
+//! A crate-specific cfg is used instead of plain `cfg(loom)` because `RUSTFLAGS` reach every
+//! dependency, and some of them change behaviour under `cfg(loom)` in ways we do not want.
+
+pub(crate) use crossbeam_utils::CachePadded;
+
+#[cfg(not(slotpool_loom))]
+mod imp {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::{Arc, Weak};
+
+    /// A mutex whose `lock` returns the guard directly (poisoning is not part of our model:
+    /// no protocol code panics while holding a lock).
+    pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
+
+    /// Backs off inside a short spin: the CPU's spin hint.
+    #[inline]
+    pub(crate) fn spin() {
+        std::hint::spin_loop();
+    }
+
+    /// A value published for lock-free readers and replaced whole by writers (`arc-swap`).
+    pub(crate) struct Published<T> {
+        inner: arc_swap::ArcSwap<T>,
+    }
+
+    impl<T> Published<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self {
+                inner: arc_swap::ArcSwap::from_pointee(value),
+            }
+        }
+
+        /// Runs `f` on the current value without taking a lock.
+        #[inline]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+            f(&self.inner.load())
+        }
+
+        /// Returns a strong reference to the current value.
+        pub(crate) fn load_full(&self) -> Arc<T> {
+            self.inner.load_full()
+        }
+
+        /// Replaces the value; readers see either the old or the new one, never a mix.
+        pub(crate) fn store(&self, value: Arc<T>) {
+            self.inner.store(value);
+        }
+    }
+}
+
+#[cfg(slotpool_loom)]
+mod imp {
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::{Arc, Weak};
+
+    /// loom's mutex behind the same interface as `parking_lot::Mutex`.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            match self.0.lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            }
+        }
+    }
+
+    /// Under loom a spin must yield, or the model would explore an unbounded busy loop.
+    #[inline]
+    pub(crate) fn spin() {
+        loom::thread::yield_now();
+    }
+
+    /// Stand-in for `arc-swap` under loom: a mutex around an `Arc`. It has the same
+    /// observable semantics (readers see the old or the new value whole), which is all the
+    /// protocols rely on.
+    pub(crate) struct Published<T> {
+        inner: loom::sync::Mutex<Arc<T>>,
+    }
+
+    impl<T> Published<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self {
+                inner: loom::sync::Mutex::new(Arc::new(value)),
+            }
+        }
+
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+            let current = self.load_full();
+            f(&current)
+        }
+
+        pub(crate) fn load_full(&self) -> Arc<T> {
+            match self.inner.lock() {
+                Ok(guard) => Arc::clone(&guard),
+                Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+            }
+        }
+
+        pub(crate) fn store(&self, value: Arc<T>) {
+            match self.inner.lock() {
+                Ok(mut guard) => *guard = value,
+                Err(poisoned) => *poisoned.into_inner() = value,
+            }
+        }
+    }
+}
+
+pub(crate) use imp::*;
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Published<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.with(|value| f.debug_tuple("Published").field(value).finish())
+    }
+}
+
+/// Traces a protocol transition under tests and loom only, so a failing interleaving can be
+/// read; compiles to nothing in normal builds.
+macro_rules! trace_transition {
+    ($($arg:tt)*) => {
+        #[cfg(all(slotpool_loom, slotpool_trace))]
+        {
+            std::println!($($arg)*);
+        }
+    };
+}
+pub(crate) use trace_transition;
