@@ -5,8 +5,13 @@ mod sync;
 
 pub mod error;
 pub mod gate;
+#[cfg(not(slotpool_loom))]
 pub mod limit;
+pub mod slots;
+#[cfg(not(slotpool_loom))]
+pub mod stream;
 
 pub use error::{AcquireError, Closed, ConfigError, Reach, TryAcquireError};
 pub use gate::{Gate, WaitState, Waiter};
 pub use limit::{Limit, OwnedPermit, Permit};
+pub use slots::{Capacity, Phase, Reservation, SlotTable};

@@ -138,3 +138,63 @@ macro_rules! trace_transition {
     };
 }
 pub(crate) use trace_transition;
+
+/// A statistics counter that many threads bump without sharing a cache line: one
+/// cache-padded stripe per thread slot, summed on read. Relaxed: counters order nothing.
+pub(crate) struct Counter {
+    stripes: [CachePadded<AtomicU64>; COUNTER_STRIPES],
+}
+
+const COUNTER_STRIPES: usize = 8;
+
+impl Counter {
+    pub(crate) fn new() -> Self {
+        Self {
+            stripes: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
+        }
+    }
+
+    /// Adds one.
+    #[inline]
+    pub(crate) fn incr(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.stripes[stripe_index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The total (a snapshot; concurrent increments may or may not be counted).
+    pub(crate) fn get(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Counter").field(&self.get()).finish()
+    }
+}
+
+/// This thread's counter stripe, assigned round-robin on first use.
+#[inline]
+fn stripe_index() -> usize {
+    use std::cell::Cell;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE.with(|stripe| {
+        let mut index = stripe.get();
+        if index == usize::MAX {
+            index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COUNTER_STRIPES;
+            stripe.set(index);
+        }
+        index
+    })
+}

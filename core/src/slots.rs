@@ -1,0 +1,1096 @@
+//! The atomic slot table: where capacity lives.
+//!
+//! # What a slot is
+//!
+//! A slot stands for one expensive resource (a multiplexed stream, a channel, an exclusive
+//! client) and its **load**: how many units of it are in use (requests in flight on a stream,
+//! clients on a channel, 0 or 1 for an exclusive client). Each slot is one cache-padded
+//! `AtomicU64`, the [`SlotWord`], packing
+//!
+//! ```text
+//!  63            35   34   33 32  31                              0
+//! +----------------+------+------+---------------------------------+
+//! |   generation   | used | phase|              load               |
+//! +----------------+------+------+---------------------------------+
+//! ```
+//!
+//! and moving through the [`Phase`]s
+//!
+//! ```text
+//!          claim (CAS, load 1)        mark_ready
+//!   Empty ---------------------> Starting --------> Ready
+//!     ^                              |                |  \
+//!     |                    begin_drain (fail)  begin_drain  retire_idle (load 0, CAS)
+//!     |                              v                v     |
+//!     +---- last release (load 0) - Draining <--------+     |
+//!     +-----------------------------------------------------+
+//!            every return to Empty bumps the generation
+//! ```
+//!
+//! The slot word is the **truth**. Every change to a slot is one CAS on that word, so a
+//! reservation (`load < max` checked and incremented together) can never overshoot, a
+//! spin-up claim (Empty → Starting with load 1) can never be made twice, and a reap
+//! (Ready with load 0 → Empty) can never take a slot that was just reserved: the reservation
+//! changed the word and the reaper's CAS fails.
+//!
+//! # Finding capacity: two bitmap hints
+//!
+//! Each segment of 64·k slots has two bitmaps of one `AtomicU64` per 64 slots:
+//!
+//! * **room**: the slot is Starting or Ready with `load < max` (callers may join it);
+//! * **vacant**: the slot is Empty (a caller may claim it and spin up a resource).
+//!
+//! A reservation loads a room word, takes `trailing_zeros` for the **lowest-index** candidate
+//! and CASes that slot's word; only when no slot has room does it claim the lowest vacant slot.
+//! So existing resources fill before new ones start, low slots stay busy and high slots drain
+//! and can be reaped.
+//!
+//! The bitmaps are **hints**: a set bit may be stale (the reserver finds the slot full and
+//! moves on), but a clear bit must never hide capacity from a reserver or from a waiter. Two
+//! rules give that:
+//!
+//! 1. Whoever makes a slot gain capacity (a release from `max`, a claim that leaves room, a
+//!    return to Empty) changes the slot word first, then sets the bit, then calls
+//!    [`Gate::notify_one`], all `SeqCst`.
+//! 2. Whoever clears a bit (a reservation that filled the slot, or a reserver that found the
+//!    hint stale) re-reads the slot word afterwards and, if the slot has capacity after all,
+//!    sets the bit again and notifies.
+//!
+//! With both, in the single `SeqCst` order every bit that is clear while its slot has
+//! capacity is about to be set by someone who then notifies the gate; a waiter enqueues
+//! (`SeqCst` RMW on the gate) and then rescans, so it either sees the bit or is notified. The
+//! loom models in `slotpool-loom-tests` check exactly this.
+//!
+//! A waiter that reserves and leaves room behind while others still wait notifies the next
+//! one, so a slot that gains several units at once (a fresh claim) is shared out in turn.
+//!
+//! # Growth
+//!
+//! A bounded table allocates all its slots up front. An unbounded table starts with one
+//! segment and, when a reserver finds neither room nor a vacant slot, grows by a segment as
+//! large as all before it (so the number of segments stays logarithmic). Segments are
+//! published whole through `arc-swap` and never freed before the table: **a live slot never
+//! moves**. The first segment is stored inline, so a table that never grew reads no published
+//! pointer on its hot path.
+//!
+//! # Idle tracking without a clock on the hot path
+//!
+//! Every reservation sets the `used` bit in the same CAS that raises the load. A reaper pass
+//! ([`SlotTable::reap_idle`]) clears `used` on idle slots and stamps the time it did so; a slot
+//! found idle with `used` still clear and a stamp older than the timeout is retired. So a slot
+//! is reaped after being idle at least the timeout and at most the timeout plus one reap
+//! interval, and no reservation or release reads a clock.
+//!
+//! This module owns the slot words, the hints and the segment list; it knows nothing of what
+//! a resource is, how it is opened or closed (the pools do that), or of any executor.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::{Closed, ConfigError, TryAcquireError};
+use crate::gate::{Gate, WaitState};
+use crate::sync::{trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published};
+
+/// The largest per-slot load (`max_load`) a table accepts.
+pub const MAX_LOAD: u32 = (1 << 31) - 1;
+
+/// The largest number of slots a bounded table accepts.
+pub const MAX_SLOTS: usize = 1 << 24;
+
+/// Slots per bitmap word.
+const WORD_BITS: usize = 64;
+
+/// Size of an unbounded table's first segment.
+const FIRST_SEGMENT: usize = 64;
+
+// ---------------------------------------------------------------------------------------------
+// The packed word
+// ---------------------------------------------------------------------------------------------
+
+/// Where a slot is in its lifecycle. See the [module documentation](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// No resource. A reserver may claim the slot to start one.
+    Empty,
+    /// A resource is being opened. Callers may join it; their work waits until it is ready.
+    Starting,
+    /// The resource is open and serving.
+    Ready,
+    /// The resource failed or is closing: no new reservations; it returns to Empty when the
+    /// last holder releases.
+    Draining,
+}
+
+impl Phase {
+    const fn from_bits(bits: u64) -> Phase {
+        match bits & 0b11 {
+            0 => Phase::Empty,
+            1 => Phase::Starting,
+            2 => Phase::Ready,
+            _ => Phase::Draining,
+        }
+    }
+
+    const fn bits(self) -> u64 {
+        match self {
+            Phase::Empty => 0,
+            Phase::Starting => 1,
+            Phase::Ready => 2,
+            Phase::Draining => 3,
+        }
+    }
+
+    /// Whether callers may reserve load on a slot in this phase.
+    pub const fn accepts_reservations(self) -> bool {
+        matches!(self, Phase::Starting | Phase::Ready)
+    }
+}
+
+/// A slot's incarnation number: it changes every time the slot returns to Empty, so a
+/// reservation taken on one incarnation can never release into the next. 29 bits, wrapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Generation(u32);
+
+impl Generation {
+    const BITS: u32 = 29;
+    const MASK: u64 = (1 << Self::BITS) - 1;
+
+    /// The generation after this one (wrapping).
+    pub const fn next(self) -> Generation {
+        Generation(((self.0 as u64 + 1) & Self::MASK) as u32)
+    }
+
+    /// The raw number.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// One slot's whole state, read and written as a single `u64` through typed accessors (the
+/// algorithm never shows a shift or a mask).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotWord(u64);
+
+impl SlotWord {
+    const LOAD_MASK: u64 = 0xFFFF_FFFF;
+    const PHASE_SHIFT: u32 = 32;
+    const USED_BIT: u64 = 1 << 34;
+    const GEN_SHIFT: u32 = 35;
+
+    /// An Empty slot of generation zero.
+    pub const EMPTY: SlotWord = SlotWord(0);
+
+    /// Reassembles a word from its raw bits.
+    pub const fn from_raw(raw: u64) -> Self {
+        SlotWord(raw)
+    }
+
+    /// The raw bits.
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// In-flight units on the slot.
+    pub const fn load(self) -> u32 {
+        (self.0 & Self::LOAD_MASK) as u32
+    }
+
+    /// The lifecycle phase.
+    pub const fn phase(self) -> Phase {
+        Phase::from_bits(self.0 >> Self::PHASE_SHIFT)
+    }
+
+    /// Whether the slot was reserved since the last reaper pass cleared the bit.
+    pub const fn used(self) -> bool {
+        self.0 & Self::USED_BIT != 0
+    }
+
+    /// The incarnation.
+    pub const fn generation(self) -> Generation {
+        Generation(((self.0 >> Self::GEN_SHIFT) & Generation::MASK) as u32)
+    }
+
+    const fn with_load(self, load: u32) -> Self {
+        SlotWord((self.0 & !Self::LOAD_MASK) | load as u64)
+    }
+
+    const fn with_phase(self, phase: Phase) -> Self {
+        SlotWord((self.0 & !(0b11 << Self::PHASE_SHIFT)) | (phase.bits() << Self::PHASE_SHIFT))
+    }
+
+    const fn with_used(self, used: bool) -> Self {
+        if used {
+            SlotWord(self.0 | Self::USED_BIT)
+        } else {
+            SlotWord(self.0 & !Self::USED_BIT)
+        }
+    }
+
+    /// The Empty word of the next generation: load 0, not used.
+    const fn retired(self) -> Self {
+        SlotWord((self.generation().next().0 as u64) << Self::GEN_SHIFT)
+    }
+
+    /// Whether a reserver may take one more unit here, under a per-slot cap of `max`.
+    const fn has_room(self, max: u32) -> bool {
+        self.phase().accepts_reservations() && self.load() < max
+    }
+}
+
+impl fmt::Debug for SlotWord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotWord")
+            .field("generation", &self.generation().0)
+            .field("phase", &self.phase())
+            .field("used", &self.used())
+            .field("load", &self.load())
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slots and segments
+// ---------------------------------------------------------------------------------------------
+
+/// One slot: its word, the reaper's idle stamp, and the owner's per-slot data.
+pub struct Slot<T> {
+    /// The truth about this slot (see [`SlotWord`]).
+    word: AtomicU64,
+    /// Reaper-only: when a reaper pass last found this slot idle with `used` set, in the
+    /// caller's nanosecond time base. Meaningful only while the slot is Ready with load 0.
+    idle_since: AtomicU64,
+    /// Whatever the pool keeps per slot (a stream's handle, a channel).
+    data: T,
+}
+
+impl<T> Slot<T> {
+    /// The owner's per-slot data.
+    pub fn data(&self) -> &T {
+        &self.data
+    }
+
+    /// The slot's current word (a `SeqCst` snapshot).
+    pub fn word(&self) -> SlotWord {
+        SlotWord(self.word.load(Ordering::SeqCst))
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Slot<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Slot")
+            .field("word", &self.word())
+            .field("data", &self.data)
+            .finish()
+    }
+}
+
+/// A run of slots with their two bitmaps. Never freed before the table.
+struct Segment<T> {
+    /// Global index of `slots[0]`.
+    start: usize,
+    slots: Box<[CachePadded<Slot<T>>]>,
+    /// Hint: slot has room (see module docs). One word per 64 slots.
+    room: Box<[CachePadded<AtomicU64>]>,
+    /// Hint: slot is Empty. One word per 64 slots.
+    vacant: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl<T: Default> Segment<T> {
+    fn new(start: usize, len: usize) -> Self {
+        let words = len.div_ceil(WORD_BITS);
+        let vacant_word = |w: usize| {
+            let bits_here = (len - w * WORD_BITS).min(WORD_BITS);
+            let mask = if bits_here == WORD_BITS {
+                u64::MAX
+            } else {
+                (1u64 << bits_here) - 1
+            };
+            CachePadded::new(AtomicU64::new(mask))
+        };
+        Self {
+            start,
+            slots: (0..len)
+                .map(|_| {
+                    CachePadded::new(Slot {
+                        word: AtomicU64::new(SlotWord::EMPTY.0),
+                        idle_since: AtomicU64::new(0),
+                        data: T::default(),
+                    })
+                })
+                .collect(),
+            room: (0..words)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            vacant: (0..words).map(vacant_word).collect(),
+        }
+    }
+}
+
+impl<T> Segment<T> {
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn contains(&self, index: usize) -> bool {
+        index >= self.start && index < self.start + self.len()
+    }
+}
+
+/// The segments an unbounded table grew, published whole.
+struct Grown<T> {
+    /// Segments after the inline first one, in index order. Only ever appended to.
+    segments: Published<Vec<Arc<Segment<T>>>>,
+    /// Serialises growth, so two reservers that both find the table full add one segment.
+    lock: Mutex<()>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table
+// ---------------------------------------------------------------------------------------------
+
+/// A reservation of one unit of load on one slot.
+///
+/// It is a plain value: whoever holds it must eventually hand it back with
+/// [`SlotTable::release`] (or wrap it in a [`SlotGuard`]). If [`Reservation::claimed`] is true,
+/// the holder also claimed the slot from Empty and must start the resource and then call
+/// [`SlotTable::mark_ready`] or [`SlotTable::begin_drain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "a reservation holds load until it is released"]
+pub struct Reservation {
+    index: usize,
+    generation: Generation,
+    claimed: bool,
+}
+
+impl Reservation {
+    /// The slot's global index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The slot's incarnation when reserved.
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// Whether this reservation claimed an Empty slot (the holder must start the resource).
+    pub fn claimed(&self) -> bool {
+        self.claimed
+    }
+}
+
+/// What a reaper pass or a drain did to one slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    /// The slot's global index.
+    pub index: usize,
+    /// The incarnation that ended.
+    pub generation: Generation,
+}
+
+/// A snapshot of a table, for statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Slots allocated (capacity for a bounded table).
+    pub slots: usize,
+    /// Slots in each phase.
+    pub empty: usize,
+    /// Slots whose resource is being opened.
+    pub starting: usize,
+    /// Slots whose resource is serving.
+    pub ready: usize,
+    /// Slots whose resource failed or is closing.
+    pub draining: usize,
+    /// Sum of all loads.
+    pub in_flight: u64,
+    /// Tasks waiting for capacity.
+    pub waiting: usize,
+}
+
+/// The atomic slot table. See the [module documentation](self).
+///
+/// `T` is per-slot data the owner keeps next to each slot (a `Default` value per slot, made
+/// when the slot's segment is allocated and kept across incarnations).
+pub struct SlotTable<T = ()> {
+    /// Per-slot cap on load. INVARIANT: every slot word's load is `<= max_load`.
+    max_load: u32,
+    /// `Some(n)`: exactly `n` slots, allocated up front. `None`: unbounded, grows.
+    capacity: Option<usize>,
+    /// The first segment (all slots, for a bounded table).
+    base: Segment<T>,
+    /// Later segments of an unbounded table.
+    grown: Option<Grown<T>>,
+    /// Waiters for capacity.
+    gate: Gate,
+}
+
+/// How a [`SlotTable`] is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// Exactly this many slots; reservers wait when all are full.
+    Bounded(usize),
+    /// Grows by segments whenever every slot is full; reservers never wait.
+    Unbounded,
+}
+
+impl<T: Default> SlotTable<T> {
+    /// Creates a table whose slots each carry at most `max_load` units.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a zero `max_load` or slot count, or values above [`MAX_LOAD`] /
+    /// [`MAX_SLOTS`].
+    pub fn new(capacity: Capacity, max_load: u32) -> Result<Self, ConfigError> {
+        if max_load == 0 {
+            return Err(ConfigError::Zero("max_load"));
+        }
+        if max_load > MAX_LOAD {
+            return Err(ConfigError::TooLarge {
+                name: "max_load",
+                value: max_load.into(),
+                max: MAX_LOAD.into(),
+            });
+        }
+        let (base_len, capacity, grown) = match capacity {
+            Capacity::Bounded(0) => return Err(ConfigError::Zero("slots")),
+            Capacity::Bounded(n) if n > MAX_SLOTS => {
+                return Err(ConfigError::TooLarge {
+                    name: "slots",
+                    value: n as u64,
+                    max: MAX_SLOTS as u64,
+                })
+            }
+            Capacity::Bounded(n) => (n, Some(n), None),
+            Capacity::Unbounded => (
+                FIRST_SEGMENT,
+                None,
+                Some(Grown {
+                    segments: Published::new(Vec::new()),
+                    lock: Mutex::new(()),
+                }),
+            ),
+        };
+        Ok(Self {
+            max_load,
+            capacity,
+            base: Segment::new(0, base_len),
+            grown,
+            gate: Gate::new(),
+        })
+    }
+}
+
+impl<T> SlotTable<T> {
+    /// The per-slot cap on load.
+    pub fn max_load(&self) -> u32 {
+        self.max_load
+    }
+
+    /// `Some(slots)` for a bounded table, `None` for an unbounded one.
+    pub fn capacity(&self) -> Option<usize> {
+        self.capacity
+    }
+
+    /// The gate reservers wait on (exposed so owners can report waiters).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    // --- reserving ---------------------------------------------------------------------------
+
+    /// Takes one unit of load without waiting: on the lowest-index slot with room, else by
+    /// claiming the lowest Empty slot, else (unbounded) by growing the table.
+    ///
+    /// # Errors
+    /// [`TryAcquireError::NoCapacity`] when a bounded table is full,
+    /// [`TryAcquireError::Closed`] after [`SlotTable::close`].
+    pub fn try_reserve(&self) -> Result<Reservation, TryAcquireError>
+    where
+        T: Default,
+    {
+        if self.gate.is_closed() {
+            return Err(TryAcquireError::Closed);
+        }
+        self.reserve_or_grow().ok_or(TryAcquireError::NoCapacity)
+    }
+
+    /// Waits for one unit of load (see [`SlotTable::try_reserve`] for where it comes from).
+    ///
+    /// Cancel-safe: dropping the future before it resolves reserves nothing, and a wake-up it
+    /// had received passes to the next waiter. Once it resolves, the caller owns the
+    /// [`Reservation`].
+    pub fn reserve(&self) -> Reserve<'_, T>
+    where
+        T: Default,
+    {
+        Reserve {
+            table: self,
+            wait: WaitState::new(),
+        }
+    }
+
+    /// Polls for a reservation, waiting in `wait`'s place in the queue. For owners that build
+    /// their own futures (the caller must `wait.cancel(table.gate())` when it gives up).
+    pub fn poll_reserve(
+        &self,
+        wait: &mut WaitState,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Reservation, Closed>>
+    where
+        T: Default,
+    {
+        wait.poll_until(&self.gate, cx, || self.reserve_or_grow())
+    }
+
+    fn reserve_or_grow(&self) -> Option<Reservation>
+    where
+        T: Default,
+    {
+        loop {
+            if let Some(reservation) = self.reserve_existing() {
+                return Some(reservation);
+            }
+            let grown = self.grown.as_ref()?;
+            self.grow(grown);
+        }
+    }
+
+    /// One pass over every segment: room first (join), then vacancy (claim).
+    fn reserve_existing(&self) -> Option<Reservation> {
+        if let Some(r) = self.join_in(&self.base) {
+            return Some(r);
+        }
+        if let Some(grown) = &self.grown {
+            let found = grown
+                .segments
+                .with(|segments| segments.iter().find_map(|s| self.join_in(s)));
+            if found.is_some() {
+                return found;
+            }
+        }
+        if let Some(r) = self.claim_in(&self.base) {
+            return Some(r);
+        }
+        if let Some(grown) = &self.grown {
+            return grown
+                .segments
+                .with(|segments| segments.iter().find_map(|s| self.claim_in(s)));
+        }
+        None
+    }
+
+    /// Joins the lowest-index slot in `segment` whose room bit is set and that really has room.
+    fn join_in(&self, segment: &Segment<T>) -> Option<Reservation> {
+        for (w, word) in segment.room.iter().enumerate() {
+            let mut candidates = word.load(Ordering::SeqCst);
+            while candidates != 0 {
+                let bit = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                let local = w * WORD_BITS + bit;
+                if let Some(reservation) = self.try_join(segment, local) {
+                    return Some(reservation);
+                }
+            }
+        }
+        None
+    }
+
+    /// The checked CAS on one slot: `load < max` and accepting, then `load + 1`.
+    fn try_join(&self, segment: &Segment<T>, local: usize) -> Option<Reservation> {
+        let slot = &segment.slots[local];
+        let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+        loop {
+            if !current.has_room(self.max_load) {
+                // Stale hint: clear it, then recheck (rule 2).
+                self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+                return None;
+            }
+            let next = current.with_load(current.load() + 1).with_used(true);
+            match slot.word.compare_exchange_weak(
+                current.0,
+                next.0,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
+                    if next.load() == self.max_load {
+                        self.clear_hint(&segment.room, local, slot, |w| {
+                            w.has_room(self.max_load)
+                        });
+                    } else if self.gate.has_waiters() {
+                        // Room remains: pass the turn to the next waiter.
+                        self.gate.notify_one();
+                    }
+                    return Some(Reservation {
+                        index: segment.start + local,
+                        generation: next.generation(),
+                        claimed: false,
+                    });
+                }
+                // Another reserver, a releaser, a drain or a reaper changed the word (or a
+                // spurious failure): re-evaluate with what is there now.
+                Err(actual) => current = SlotWord(actual),
+            }
+        }
+    }
+
+    /// Claims the lowest-index Empty slot in `segment`: Empty → Starting with load 1.
+    fn claim_in(&self, segment: &Segment<T>) -> Option<Reservation> {
+        for (w, word) in segment.vacant.iter().enumerate() {
+            let mut candidates = word.load(Ordering::SeqCst);
+            while candidates != 0 {
+                let bit = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                let local = w * WORD_BITS + bit;
+                if let Some(reservation) = self.try_claim(segment, local) {
+                    return Some(reservation);
+                }
+            }
+        }
+        None
+    }
+
+    fn try_claim(&self, segment: &Segment<T>, local: usize) -> Option<Reservation> {
+        let slot = &segment.slots[local];
+        let current = SlotWord(slot.word.load(Ordering::SeqCst));
+        if current.phase() != Phase::Empty {
+            self.clear_hint(&segment.vacant, local, slot, |w| w.phase() == Phase::Empty);
+            return None;
+        }
+        let next = current
+            .with_phase(Phase::Starting)
+            .with_load(1)
+            .with_used(true);
+        if slot
+            .word
+            .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            // Another claimer won this slot (it is no longer Empty, or it was recycled and
+            // its generation moved): let the caller try the next candidate or rescan.
+            return None;
+        }
+        trace_transition!("slots: claim {} -> {:?}", segment.start + local, next);
+        // The vacancy hint is now stale; clear it (with the usual recheck, although nobody
+        // but us can return this incarnation to Empty before we start or drain it).
+        self.clear_hint(&segment.vacant, local, slot, |w| w.phase() == Phase::Empty);
+        if next.has_room(self.max_load) {
+            // Joiners may ride along while the resource starts (rule 1).
+            self.set_hint(&segment.room, local);
+        }
+        Some(Reservation {
+            index: segment.start + local,
+            generation: next.generation(),
+            claimed: true,
+        })
+    }
+
+    /// Adds a segment as large as the table so far, unless someone else already did.
+    fn grow(&self, grown: &Grown<T>)
+    where
+        T: Default,
+    {
+        let _serialised = grown.lock.lock();
+        let current = grown.segments.load_full();
+        let total: usize = self.base.len() + current.iter().map(|s| s.len()).sum::<usize>();
+        // Another grower may have added room while we waited for the lock; growing again is
+        // harmless (the new slots stay Empty and vacant) but wasteful, so look first.
+        let has_vacancy = std::iter::once(&self.base)
+            .chain(current.iter().map(|s| &**s))
+            .any(|s| s.vacant.iter().any(|w| w.load(Ordering::SeqCst) != 0));
+        if has_vacancy {
+            return;
+        }
+        let mut next: Vec<Arc<Segment<T>>> = current.iter().cloned().collect();
+        next.push(Arc::new(Segment::new(total, total)));
+        grown.segments.store(Arc::new(next));
+        trace_transition!("slots: grew to {} slots", total * 2);
+        // New vacancy: a waiter cannot exist on an unbounded table, but keep the rule.
+        self.gate.notify_one();
+    }
+
+    // --- transitions of a reserved slot ------------------------------------------------------
+
+    /// Hands back one unit of load. Returns `false` (and changes nothing) if the reservation's
+    /// generation is stale or the slot has no load to release.
+    ///
+    /// The release that drops a Draining slot to load 0 retires it to Empty (next generation).
+    pub fn release(&self, reservation: Reservation) -> bool {
+        self.with_segment(reservation.index, |segment, local| {
+            self.release_in(segment, local, reservation.generation)
+        })
+        .unwrap_or(false)
+    }
+
+    fn release_in(&self, segment: &Segment<T>, local: usize, generation: Generation) -> bool {
+        let slot = &segment.slots[local];
+        let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+        loop {
+            if current.generation() != generation || current.load() == 0 {
+                trace_transition!("slots: stale release on {}", segment.start + local);
+                return false;
+            }
+            let lowered = current.with_load(current.load() - 1);
+            let next = if lowered.phase() == Phase::Draining && lowered.load() == 0 {
+                lowered.retired()
+            } else {
+                lowered
+            };
+            match slot.word.compare_exchange_weak(
+                current.0,
+                next.0,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    trace_transition!("slots: release {} -> {:?}", segment.start + local, next);
+                    if next.phase() == Phase::Empty {
+                        self.publish_vacancy(segment, local, slot);
+                    } else if current.load() == self.max_load && next.has_room(self.max_load) {
+                        // Full → not full: the room hint was (or is being) cleared (rule 1).
+                        self.set_hint(&segment.room, local);
+                    }
+                    return true;
+                }
+                // A reserver, another releaser, a drain or the reaper moved the word: retry
+                // against the new value (the generation check above still guards us).
+                Err(actual) => current = SlotWord(actual),
+            }
+        }
+    }
+
+    /// Starting → Ready for incarnation `generation` of slot `index` (the claimer's, once its
+    /// resource is open). Returns `false` if that incarnation is over or no longer Starting.
+    pub fn mark_ready(&self, index: usize, generation: Generation) -> bool {
+        self.with_segment(index, |segment, local| {
+            let slot = &segment.slots[local];
+            let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+            loop {
+                if current.generation() != generation || current.phase() != Phase::Starting
+                {
+                    return false;
+                }
+                let next = current.with_phase(Phase::Ready);
+                match slot.word.compare_exchange_weak(
+                    current.0,
+                    next.0,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(_) => return true,
+                    // Joiners and releasers change the load concurrently; keep it.
+                    Err(actual) => current = SlotWord(actual),
+                }
+            }
+        })
+        .unwrap_or(false)
+    }
+
+    /// Starting/Ready → Draining for the incarnation `generation` of slot `index`: no new
+    /// reservations; the slot returns to Empty when its load reaches zero (at once if it is
+    /// zero now). Returns the phase the slot had, or `None` if that incarnation is over or
+    /// already draining.
+    pub fn begin_drain(&self, index: usize, generation: Generation) -> Option<Phase> {
+        self.with_segment(index, |segment, local| {
+            let slot = &segment.slots[local];
+            let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+            loop {
+                if current.generation() != generation || !current.phase().accepts_reservations()
+                {
+                    return None;
+                }
+                let draining = current.with_phase(Phase::Draining);
+                let next = if draining.load() == 0 {
+                    draining.retired()
+                } else {
+                    draining
+                };
+                match slot.word.compare_exchange_weak(
+                    current.0,
+                    next.0,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(_) => {
+                        trace_transition!("slots: drain {} -> {:?}", index, next);
+                        // The room hint is now stale; clear it so scans skip the slot.
+                        self.clear_hint(&segment.room, local, slot, |w| {
+                            w.has_room(self.max_load)
+                        });
+                        if next.phase() == Phase::Empty {
+                            self.publish_vacancy(segment, local, slot);
+                        }
+                        return Some(current.phase());
+                    }
+                    // Loads move under us; retry with the current word.
+                    Err(actual) => current = SlotWord(actual),
+                }
+            }
+        })
+        .flatten()
+    }
+
+    /// One reaper pass at time `now` (nanoseconds in the caller's time base): retires every
+    /// Ready slot that has been idle (load 0, not reserved) for at least `idle_timeout`
+    /// nanoseconds, and calls `on_retire` for each with its slot data so the owner can close
+    /// the resource. A reservation racing the pass wins: the retiring CAS expects the exact
+    /// idle word and fails if anything changed.
+    pub fn reap_idle(&self, now: u64, idle_timeout: u64, mut on_retire: impl FnMut(Retired, &T)) {
+        let mut pass = |segment: &Segment<T>| {
+            for (local, slot) in segment.slots.iter().enumerate() {
+                let current = SlotWord(slot.word.load(Ordering::SeqCst));
+                if current.phase() != Phase::Ready || current.load() != 0 {
+                    continue;
+                }
+                if current.used() {
+                    // Used since the last pass: idle time starts now.
+                    if slot
+                        .word
+                        .compare_exchange(
+                            current.0,
+                            current.with_used(false).0,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        )
+                        .is_ok()
+                    {
+                        slot.idle_since.store(now, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                let since = slot.idle_since.load(Ordering::Relaxed);
+                if now.saturating_sub(since) < idle_timeout {
+                    continue;
+                }
+                if slot
+                    .word
+                    .compare_exchange(
+                        current.0,
+                        current.retired().0,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    )
+                    .is_ok()
+                {
+                    trace_transition!("slots: reaped {}", segment.start + local);
+                    self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+                    self.publish_vacancy(segment, local, slot);
+                    on_retire(
+                        Retired {
+                            index: segment.start + local,
+                            generation: current.generation(),
+                        },
+                        &slot.data,
+                    );
+                }
+            }
+        };
+        pass(&self.base);
+        if let Some(grown) = &self.grown {
+            grown.segments.with(|segments| segments.iter().for_each(|s| pass(s)));
+        }
+    }
+
+    // --- hints -------------------------------------------------------------------------------
+
+    fn bitmap_word(bitmap: &[CachePadded<AtomicU64>], local: usize) -> &AtomicU64 {
+        &bitmap[local / WORD_BITS]
+    }
+
+    fn bit(local: usize) -> u64 {
+        1 << (local % WORD_BITS)
+    }
+
+    /// Rule 1: after the slot word gained capacity, set its bit and wake a waiter.
+    fn set_hint(&self, bitmap: &[CachePadded<AtomicU64>], local: usize) {
+        Self::bitmap_word(bitmap, local).fetch_or(Self::bit(local), Ordering::SeqCst);
+        self.gate.notify_one();
+    }
+
+    /// Rule 2: clear a bit, then re-read the slot; if it qualifies after all, set it again.
+    fn clear_hint(
+        &self,
+        bitmap: &[CachePadded<AtomicU64>],
+        local: usize,
+        slot: &Slot<T>,
+        qualifies: impl Fn(SlotWord) -> bool,
+    ) {
+        let word = Self::bitmap_word(bitmap, local);
+        let bit = Self::bit(local);
+        if word.load(Ordering::SeqCst) & bit == 0 {
+            // Already clear: whoever cleared it runs the recheck.
+            return;
+        }
+        word.fetch_and(!bit, Ordering::SeqCst);
+        if qualifies(SlotWord(slot.word.load(Ordering::SeqCst))) {
+            self.set_hint(bitmap, local);
+        }
+    }
+
+    fn publish_vacancy(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>) {
+        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+        self.set_hint(&segment.vacant, local);
+    }
+
+    // --- access ------------------------------------------------------------------------------
+
+    fn with_segment<R>(&self, index: usize, f: impl FnOnce(&Segment<T>, usize) -> R) -> Option<R> {
+        if index < self.base.len() {
+            return Some(f(&self.base, index));
+        }
+        let grown = self.grown.as_ref()?;
+        grown.segments.with(|segments| {
+            segments
+                .iter()
+                .find(|s| s.contains(index))
+                .map(|s| f(s, index - s.start))
+        })
+    }
+
+    /// Runs `f` on slot `index`, or returns `None` if the table has no such slot.
+    pub fn with_slot<R>(&self, index: usize, f: impl FnOnce(&Slot<T>) -> R) -> Option<R> {
+        self.with_segment(index, |segment, local| f(&segment.slots[local]))
+    }
+
+    /// The current word of slot `index`.
+    pub fn word(&self, index: usize) -> Option<SlotWord> {
+        self.with_slot(index, Slot::word)
+    }
+
+    /// Whether `reservation`'s incarnation is still the slot's current one.
+    pub fn is_current(&self, reservation: &Reservation) -> bool {
+        self.word(reservation.index)
+            .is_some_and(|w| w.generation() == reservation.generation && w.phase() != Phase::Empty)
+    }
+
+    /// Calls `f` for every allocated slot in index order.
+    pub fn for_each_slot(&self, mut f: impl FnMut(usize, &Slot<T>)) {
+        for (local, slot) in self.base.slots.iter().enumerate() {
+            f(local, slot);
+        }
+        if let Some(grown) = &self.grown {
+            grown.segments.with(|segments| {
+                for segment in segments {
+                    for (local, slot) in segment.slots.iter().enumerate() {
+                        f(segment.start + local, slot);
+                    }
+                }
+            });
+        }
+    }
+
+    /// A snapshot of phases and loads (scans every slot; for statistics, not hot paths).
+    pub fn stats(&self) -> TableStats {
+        let mut stats = TableStats {
+            waiting: self.gate.waiting(),
+            ..TableStats::default()
+        };
+        self.for_each_slot(|_, slot| {
+            let word = slot.word();
+            stats.slots += 1;
+            stats.in_flight += u64::from(word.load());
+            match word.phase() {
+                Phase::Empty => stats.empty += 1,
+                Phase::Starting => stats.starting += 1,
+                Phase::Ready => stats.ready += 1,
+                Phase::Draining => stats.draining += 1,
+            }
+        });
+        stats
+    }
+
+    /// Closes the table: waiters and later reservations get [`Closed`]. Reservations already
+    /// out stay valid and release as usual.
+    pub fn close(&self) {
+        self.gate.close();
+    }
+
+    /// Whether [`SlotTable::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.gate.is_closed()
+    }
+
+    /// Wraps a reservation in a guard that releases it on drop.
+    pub fn guard(&self, reservation: Reservation) -> SlotGuard<'_, T> {
+        SlotGuard {
+            table: self,
+            reservation: Some(reservation),
+        }
+    }
+}
+
+impl<T> fmt::Debug for SlotTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotTable")
+            .field("max_load", &self.max_load)
+            .field("capacity", &self.capacity)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Future of [`SlotTable::reserve`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Reserve<'a, T> {
+    table: &'a SlotTable<T>,
+    wait: WaitState,
+}
+
+impl<T: Default> Future for Reserve<'_, T> {
+    type Output = Result<Reservation, Closed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.table.poll_reserve(&mut this.wait, cx)
+    }
+}
+
+impl<T> Drop for Reserve<'_, T> {
+    fn drop(&mut self) {
+        self.wait.cancel(&self.table.gate);
+    }
+}
+
+impl<T> fmt::Debug for Reserve<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reserve").field("wait", &self.wait).finish()
+    }
+}
+
+/// A [`Reservation`] that releases itself on drop.
+#[must_use = "dropping the guard releases the reservation at once"]
+pub struct SlotGuard<'a, T> {
+    table: &'a SlotTable<T>,
+    /// `None` once released or taken.
+    reservation: Option<Reservation>,
+}
+
+impl<T> SlotGuard<'_, T> {
+    /// The reservation held.
+    pub fn reservation(&self) -> Option<Reservation> {
+        self.reservation
+    }
+
+    /// Takes the reservation out; the caller now must release it.
+    pub fn into_reservation(mut self) -> Option<Reservation> {
+        self.reservation.take()
+    }
+}
+
+impl<T> Drop for SlotGuard<'_, T> {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            self.table.release(reservation);
+        }
+    }
+}
+
+impl<T> fmt::Debug for SlotGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotGuard")
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}

@@ -1,0 +1,956 @@
+//! `StreamPool`: multiplexed request streams with a per-stream queue depth.
+//!
+//! # What it does
+//!
+//! Many callers share a few bidirectional streams (a gRPC bidi call, say). Each stream carries
+//! up to `max_queue_depth` requests at once; the pool optionally bounds the number of streams.
+//! A caller never sees a stream: [`StreamPool::acquire`] returns a [`StreamGuard`] good for
+//! one request, and [`StreamGuard::send`] returns that request's response.
+//!
+//! # How
+//!
+//! Streams live in a [`SlotTable`] whose load is the stream's queue depth. Acquiring is one
+//! bitmap load and one CAS on the lowest-index stream with room, so existing streams fill
+//! before new ones open and high-index streams drain and can be reaped. When every stream is
+//! full, the acquire claims an Empty slot (Empty → Starting, one CAS: concurrent spin-ups can
+//! never exceed `max_streams`) and spawns the stream's **driver task**; the acquire returns at
+//! once and other callers may join the stream while it connects (their requests queue until it
+//! is ready). No lock is held anywhere on this path. With a bounded pool and every stream full,
+//! the acquire waits on the table's gate (FIFO, cancel-safe).
+//!
+//! The driver owns the stream: it connects through the user's [`Connector`], forwards queued
+//! requests, and routes each response to its caller by request id. A request's unit of load
+//! is released **by the driver**, when the response arrives or the stream ends, not when the
+//! caller's future is dropped: queue depth is exact under cancellation (the reference design
+//! freed depth early there). Responses to cancelled callers are discarded and counted.
+//!
+//! # Failure model
+//!
+//! * A connect failure fails every caller that joined the stream with
+//!   [`RequestError::Connect`]: nothing was sent ([`Reach::NotSent`]), a retry is safe.
+//! * A stream error or end fails every request in flight on it with
+//!   [`RequestError::StreamEnded`] and [`Reach::MaybeApplied`] (the peer may have applied it),
+//!   and every request still queued with [`Reach::NotSent`].
+//! * Either way the slot drains and returns to Empty when its last unit of load is released;
+//!   the next acquire opens a new stream. Other streams are not disturbed.
+//! * Per-request failures belong inside the response type (a status field), so one bad
+//!   request never tears a stream down.
+//!
+//! # Idle reaping
+//!
+//! [`StreamPool::reap`] retires streams that have had no request in flight for at least the
+//! idle timeout (the slot table's `used`-bit scheme: no clock read on the hot path). A
+//! background task calls it every `reap_interval`; tests call it directly with a
+//! `quanta::Clock::mock()` clock. A reap racing an acquire never closes a stream that was just
+//! reserved.
+//!
+//! # Lifetimes
+//!
+//! Guards borrow the pool, so they cannot outlive it. Dropping the pool closes its table
+//! (waiters get [`AcquireError::Closed`]) and stops every driver and the reaper; no task keeps
+//! a dropped pool alive.
+//!
+//! This module owns stream lifecycles and request routing; capacity accounting is the slot
+//! table's, waiting is the gate's.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::{AcquireError, ConfigError, Reach, TryAcquireError};
+use crate::gate::WaitState;
+use crate::slots::{Capacity, Generation, Reservation, SlotTable, TableStats};
+use crate::sync::{spin, Arc, Counter, Published, Weak};
+
+/// Opens one bidirectional stream of requests and responses.
+///
+/// The shape follows a gRPC bidi call: the pool hands the connector the **outbound** half (a
+/// [`Stream`] of requests it will feed) and gets back the **inbound** half (a [`Stream`] of
+/// responses). With tonic that is `client.method(outbound).await?.into_inner()`.
+pub trait Connector: Send + Sync + 'static {
+    /// A request; carries a request id (see [`StreamRequest`]).
+    type Request: StreamRequest;
+    /// A response; names the request it answers (see [`StreamResponse`]).
+    type Response: StreamResponse;
+    /// Why a connect or a stream failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The inbound half of an open stream.
+    type Inbound: Stream<Item = Result<Self::Response, Self::Error>> + Send + Unpin + 'static;
+
+    /// Opens a stream that sends what `outbound` yields. Called on the stream's driver task.
+    fn connect(
+        &self,
+        outbound: Outbound<Self::Request>,
+    ) -> impl Future<Output = Result<Self::Inbound, Self::Error>> + Send;
+}
+
+/// A request that carries an id its response will echo.
+pub trait StreamRequest: Send + 'static {
+    /// The caller-supplied id, or `None` to let the pool assign one.
+    fn request_id(&self) -> Option<u64>;
+    /// Sets the id (called by the pool when [`StreamRequest::request_id`] is `None`).
+    fn set_request_id(&mut self, id: u64);
+}
+
+/// A response that names the request it answers.
+pub trait StreamResponse: Send + 'static {
+    /// The id of the request this answers.
+    fn request_id(&self) -> u64;
+}
+
+/// The outbound half of a stream: the requests the pool forwards, as a [`Stream`].
+pub struct Outbound<R> {
+    rx: mpsc::UnboundedReceiver<R>,
+}
+
+impl<R> Stream for Outbound<R> {
+    type Item = R;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<R>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl<R> fmt::Debug for Outbound<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outbound").finish_non_exhaustive()
+    }
+}
+
+/// Why a request got no response. [`RequestError::reach`] says whether a retry is safe.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError<E: std::error::Error + 'static> {
+    /// The stream this request joined failed to open. Nothing was sent.
+    #[error("stream failed to open: {source}")]
+    Connect {
+        /// The connector's error (shared by every caller on that stream).
+        #[source]
+        source: Arc<E>,
+    },
+    /// The stream ended or failed before this request's response arrived.
+    #[error("stream ended before the response ({reach})")]
+    StreamEnded {
+        /// Whether the request had been handed to the stream.
+        reach: Reach,
+        /// The stream's error, if it ended with one (a clean end carries none).
+        #[source]
+        source: Option<Arc<E>>,
+    },
+    /// Another request with the same caller-supplied id is in flight on this stream.
+    #[error("request id {id} is already in flight on this stream")]
+    DuplicateId {
+        /// The id.
+        id: u64,
+    },
+    /// The pool was closed or dropped.
+    #[error("pool closed")]
+    Closed,
+}
+
+impl<E: std::error::Error + 'static> RequestError<E> {
+    /// Whether the request can have been applied.
+    pub fn reach(&self) -> Reach {
+        match self {
+            RequestError::StreamEnded { reach, .. } => *reach,
+            RequestError::Connect { .. }
+            | RequestError::DuplicateId { .. }
+            | RequestError::Closed => Reach::NotSent,
+        }
+    }
+}
+
+/// A snapshot of a pool's state and counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Streams by phase, requests in flight (reserved or sent), tasks waiting.
+    pub table: TableStats,
+    /// Acquires that returned a guard.
+    pub acquires: u64,
+    /// Acquires that had to wait for capacity.
+    pub waits: u64,
+    /// Streams started.
+    pub spin_ups: u64,
+    /// Streams that failed to open.
+    pub connect_failures: u64,
+    /// Open streams that failed or ended.
+    pub stream_failures: u64,
+    /// Streams closed by the reaper.
+    pub reaps: u64,
+    /// Responses whose caller had gone (cancelled); discarded.
+    pub late_responses: u64,
+    /// Responses with an id no caller was waiting for; discarded.
+    pub unknown_responses: u64,
+}
+
+/// Builder for a [`StreamPool`]; see [`StreamPool::builder`].
+pub struct StreamPoolBuilder<C> {
+    connector: C,
+    max_streams: Option<usize>,
+    max_queue_depth: usize,
+    idle_timeout: Duration,
+    reap_interval: Option<Duration>,
+    clock: quanta::Clock,
+}
+
+impl<C: Connector> StreamPoolBuilder<C> {
+    /// Bounds the number of streams; acquires wait when all are full. Default: unbounded.
+    pub fn max_streams(mut self, max: usize) -> Self {
+        self.max_streams = Some(max);
+        self
+    }
+
+    /// No bound on the number of streams (the default); acquires never wait.
+    pub fn unbounded(mut self) -> Self {
+        self.max_streams = None;
+        self
+    }
+
+    /// Requests in flight per stream. Default: 8.
+    pub fn max_queue_depth(mut self, depth: usize) -> Self {
+        self.max_queue_depth = depth;
+        self
+    }
+
+    /// How long a stream may sit with nothing in flight before the reaper closes it.
+    /// Default: 10 s.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How often the background reaper runs; `None` disables it (call
+    /// [`StreamPool::reap`] yourself). Default: every second.
+    pub fn reap_interval(mut self, interval: Option<Duration>) -> Self {
+        self.reap_interval = interval;
+        self
+    }
+
+    /// The clock idle time is measured with. Default: `quanta::Clock::new()`; tests pass
+    /// `quanta::Clock::mock()`.
+    pub fn clock(mut self, clock: quanta::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Builds the pool. Must be called within a tokio runtime (drivers and the reaper are
+    /// spawned on it).
+    ///
+    /// # Errors
+    /// [`ConfigError`] for a zero depth or stream count, a zero reap interval, values too
+    /// large, or no tokio runtime.
+    pub fn build(self) -> Result<StreamPool<C>, ConfigError> {
+        if self.max_queue_depth == 0 {
+            return Err(ConfigError::Zero("max_queue_depth"));
+        }
+        let depth = u32::try_from(self.max_queue_depth).map_err(|_| ConfigError::TooLarge {
+            name: "max_queue_depth",
+            value: self.max_queue_depth as u64,
+            max: crate::slots::MAX_LOAD.into(),
+        })?;
+        if self.reap_interval == Some(Duration::ZERO) {
+            return Err(ConfigError::Zero("reap_interval"));
+        }
+        let capacity = match self.max_streams {
+            Some(0) => return Err(ConfigError::Zero("max_streams")),
+            Some(n) => Capacity::Bounded(n),
+            None => Capacity::Unbounded,
+        };
+        let table = SlotTable::new(capacity, depth).map_err(|e| match e {
+            ConfigError::TooLarge { value, max, .. } if self.max_streams.is_some() => {
+                ConfigError::TooLarge {
+                    name: if value == u64::from(depth) {
+                        "max_queue_depth"
+                    } else {
+                        "max_streams"
+                    },
+                    value,
+                    max,
+                }
+            }
+            other => other,
+        })?;
+        let runtime = Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?;
+        let (shutdown, _) = watch::channel(false);
+        let base = self.clock.now();
+        let shared = Arc::new(Shared {
+            table,
+            connector: self.connector,
+            runtime: runtime.clone(),
+            shutdown,
+            clock: self.clock,
+            base,
+            idle_timeout: self.idle_timeout,
+            counters: Counters::default(),
+        });
+        let reaper = self.reap_interval.map(|interval| {
+            let weak = Arc::downgrade(&shared);
+            runtime.spawn(reaper_task(weak, interval)).abort_handle()
+        });
+        Ok(StreamPool { shared, reaper })
+    }
+}
+
+impl<C> fmt::Debug for StreamPoolBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamPoolBuilder")
+            .field("max_streams", &self.max_streams)
+            .field("max_queue_depth", &self.max_queue_depth)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("reap_interval", &self.reap_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pool of multiplexed request streams. See the [module documentation](self).
+///
+/// ```
+/// # use std::{convert::Infallible, pin::Pin, task::{Context, Poll}};
+/// # use slotpool::stream::*;
+/// # use futures_core::Stream;
+/// // An in-process echo "server": every request comes straight back as its response.
+/// #[derive(Debug)]
+/// struct Echo { id: Option<u64>, body: u32 }
+/// impl StreamRequest for Echo {
+///     fn request_id(&self) -> Option<u64> { self.id }
+///     fn set_request_id(&mut self, id: u64) { self.id = Some(id) }
+/// }
+/// impl StreamResponse for Echo {
+///     fn request_id(&self) -> u64 { self.id.unwrap_or(0) }
+/// }
+/// struct EchoInbound(Outbound<Echo>);
+/// impl Stream for EchoInbound {
+///     type Item = Result<Echo, Infallible>;
+///     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+///         Pin::new(&mut self.0).poll_next(cx).map(|r| r.map(Ok))
+///     }
+/// }
+/// struct EchoConnector;
+/// impl Connector for EchoConnector {
+///     type Request = Echo;
+///     type Response = Echo;
+///     type Error = Infallible;
+///     type Inbound = EchoInbound;
+///     async fn connect(&self, outbound: Outbound<Echo>) -> Result<EchoInbound, Infallible> {
+///         Ok(EchoInbound(outbound))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = StreamPool::builder(EchoConnector).max_streams(4).max_queue_depth(8).build()?;
+/// let guard = pool.acquire().await?;
+/// let response = guard.send(Echo { id: None, body: 7 }).await?;
+/// assert_eq!(response.body, 7);
+/// # Ok(()) }
+/// ```
+pub struct StreamPool<C: Connector> {
+    shared: Arc<Shared<C>>,
+    reaper: Option<tokio::task::AbortHandle>,
+}
+
+/// State shared by the pool handle, its drivers and its reaper.
+struct Shared<C: Connector> {
+    /// Streams: load = requests reserved or in flight on the stream.
+    table: SlotTable<StreamCell<C>>,
+    connector: C,
+    runtime: Handle,
+    /// Set to `true` when the pool is dropped; every driver watches it.
+    shutdown: watch::Sender<bool>,
+    clock: quanta::Clock,
+    /// Time zero for the table's nanosecond idle stamps.
+    base: quanta::Instant,
+    idle_timeout: Duration,
+    counters: Counters,
+}
+
+#[derive(Debug)]
+struct Counters {
+    acquires: Counter,
+    waits: Counter,
+    spin_ups: Counter,
+    connect_failures: Counter,
+    stream_failures: Counter,
+    reaps: Counter,
+    late_responses: Counter,
+    unknown_responses: Counter,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            acquires: Counter::new(),
+            waits: Counter::new(),
+            spin_ups: Counter::new(),
+            connect_failures: Counter::new(),
+            stream_failures: Counter::new(),
+            reaps: Counter::new(),
+            late_responses: Counter::new(),
+            unknown_responses: Counter::new(),
+        }
+    }
+}
+
+/// Per-slot data: the current incarnation's request queue.
+struct StreamCell<C: Connector> {
+    /// INVARIANT: while a slot is Starting, Ready or Draining with generation `g`, this holds
+    /// the incarnation of generation `g`, except in the instant between the claiming CAS and
+    /// the claimer's store (joiners spin through that window, see `StreamGuard::send`).
+    current: Published<Option<Arc<Incarnation<C>>>>,
+}
+
+impl<C: Connector> Default for StreamCell<C> {
+    fn default() -> Self {
+        Self {
+            current: Published::new(None),
+        }
+    }
+}
+
+impl<C: Connector> fmt::Debug for StreamCell<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamCell").finish_non_exhaustive()
+    }
+}
+
+/// One stream's lifetime in one slot.
+struct Incarnation<C: Connector> {
+    generation: Generation,
+    /// Requests for the driver. Closed by the driver when the stream ends, after which a send
+    /// fails as not sent.
+    requests: mpsc::UnboundedSender<Pending<C>>,
+    /// Tells the driver the reaper retired its slot.
+    stop: tokio::sync::Notify,
+}
+
+/// A request handed to a driver, with its caller's reply channel and unit of load.
+struct Pending<C: Connector> {
+    request: C::Request,
+    reply: oneshot::Sender<Result<C::Response, RequestError<C::Error>>>,
+    reservation: Reservation,
+}
+
+impl<C: Connector> StreamPool<C> {
+    /// Starts configuring a pool over `connector`.
+    pub fn builder(connector: C) -> StreamPoolBuilder<C> {
+        StreamPoolBuilder {
+            connector,
+            max_streams: None,
+            max_queue_depth: 8,
+            idle_timeout: Duration::from_secs(10),
+            reap_interval: Some(Duration::from_secs(1)),
+            clock: quanta::Clock::new(),
+        }
+    }
+
+    /// Waits for room on a stream and returns a guard good for one request.
+    ///
+    /// Cancel-safe: dropping the future before it resolves takes nothing (a wake-up it had
+    /// received passes on). A stream it started on the way keeps starting for other callers.
+    pub fn acquire(&self) -> Acquire<'_, C> {
+        Acquire {
+            pool: self,
+            wait: WaitState::new(),
+            waited: false,
+        }
+    }
+
+    /// Returns a guard if a stream has room now (or a new stream can be started), without
+    /// waiting.
+    ///
+    /// # Errors
+    /// [`TryAcquireError::NoCapacity`] when every stream of a bounded pool is full,
+    /// [`TryAcquireError::Closed`] once the pool is closed.
+    pub fn try_acquire(&self) -> Result<StreamGuard<'_, C>, TryAcquireError> {
+        let reservation = self.shared.table.try_reserve()?;
+        Ok(self.admit(reservation))
+    }
+
+    /// [`StreamPool::acquire`] with a deadline `timeout` from now.
+    ///
+    /// # Errors
+    /// [`AcquireError::Timeout`] if no room appears in time (nothing was reserved),
+    /// [`AcquireError::Closed`] if the pool closes first.
+    pub async fn acquire_timeout(
+        &self,
+        timeout: Duration,
+    ) -> Result<StreamGuard<'_, C>, AcquireError> {
+        match tokio::time::timeout(timeout, self.acquire()).await {
+            Ok(result) => result,
+            Err(_) => Err(AcquireError::Timeout { waited: timeout }),
+        }
+    }
+
+    /// [`StreamPool::acquire`] with an absolute deadline.
+    ///
+    /// # Errors
+    /// As [`StreamPool::acquire_timeout`].
+    pub async fn acquire_until(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<StreamGuard<'_, C>, AcquireError> {
+        let waited = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout_at(deadline, self.acquire()).await {
+            Ok(result) => result,
+            Err(_) => Err(AcquireError::Timeout { waited }),
+        }
+    }
+
+    /// Turns a reservation into a guard, starting the stream if the reservation claimed a slot.
+    #[inline]
+    fn admit(&self, reservation: Reservation) -> StreamGuard<'_, C> {
+        if reservation.claimed() {
+            self.shared.spin_up(reservation);
+        }
+        self.shared.counters.acquires.incr();
+        StreamGuard {
+            pool: self,
+            reservation: Some(reservation),
+        }
+    }
+
+    /// One reaper pass at `now` on the pool's clock: closes streams idle for at least the idle
+    /// timeout. Returns how many it closed.
+    pub fn reap(&self, now: quanta::Instant) -> usize {
+        self.shared.reap(now)
+    }
+
+    /// A snapshot of the pool's state and counters.
+    pub fn stats(&self) -> StreamStats {
+        let c = &self.shared.counters;
+        StreamStats {
+            table: self.shared.table.stats(),
+            acquires: c.acquires.get(),
+            waits: c.waits.get(),
+            spin_ups: c.spin_ups.get(),
+            connect_failures: c.connect_failures.get(),
+            stream_failures: c.stream_failures.get(),
+            reaps: c.reaps.get(),
+            late_responses: c.late_responses.get(),
+            unknown_responses: c.unknown_responses.get(),
+        }
+    }
+
+    /// Closes the pool: waiters and later acquires get `Closed`; requests already in flight
+    /// complete. Streams close as they go idle and are reaped, or when the pool is dropped.
+    pub fn close(&self) {
+        self.shared.table.close();
+    }
+
+    /// The clock the pool measures idle time with.
+    pub fn clock(&self) -> &quanta::Clock {
+        &self.shared.clock
+    }
+}
+
+impl<C: Connector> Drop for StreamPool<C> {
+    fn drop(&mut self) {
+        self.shared.table.close();
+        self.shared.shutdown.send_replace(true);
+        if let Some(reaper) = &self.reaper {
+            reaper.abort();
+        }
+    }
+}
+
+impl<C: Connector> fmt::Debug for StreamPool<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamPool")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Connector> Shared<C> {
+    /// The claimer's half of spin-up: publish the incarnation, then spawn its driver. Runs in
+    /// the acquiring caller's poll with no lock held.
+    fn spin_up(self: &Arc<Self>, reservation: Reservation) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let incarnation = Arc::new(Incarnation {
+            generation: reservation.generation(),
+            requests: tx,
+            stop: tokio::sync::Notify::new(),
+        });
+        self.table.with_slot(reservation.index(), |slot| {
+            slot.data()
+                .current
+                .store(Arc::new(Some(Arc::clone(&incarnation))));
+        });
+        self.counters.spin_ups.incr();
+        tracing::debug!(slot = reservation.index(), "stream spin-up");
+        let shutdown = self.shutdown.subscribe();
+        let driver = Driver {
+            shared: Arc::clone(self),
+            index: reservation.index(),
+            generation: reservation.generation(),
+            incarnation,
+            requests: rx,
+            in_flight: HashMap::new(),
+            next_id: 0,
+        };
+        self.runtime.spawn(driver.run(shutdown));
+    }
+
+    fn now_nanos(&self, now: quanta::Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn reap(&self, now: quanta::Instant) -> usize {
+        let now = self.now_nanos(now);
+        let timeout = u64::try_from(self.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
+        let mut reaped = 0;
+        self.table.reap_idle(now, timeout, |retired, cell| {
+            reaped += 1;
+            cell.current.with(|current| {
+                if let Some(incarnation) = current {
+                    if incarnation.generation == retired.generation {
+                        incarnation.stop.notify_one();
+                    }
+                }
+            });
+        });
+        if reaped > 0 {
+            self.counters.reaps.add(reaped as u64);
+            tracing::debug!(reaped, "reaped idle streams");
+        }
+        reaped
+    }
+}
+
+async fn reaper_task<C: Connector>(shared: Weak<Shared<C>>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let now = shared.clock.now();
+        shared.reap(now);
+    }
+}
+
+/// Future of [`StreamPool::acquire`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<'a, C: Connector> {
+    pool: &'a StreamPool<C>,
+    wait: WaitState,
+    waited: bool,
+}
+
+impl<'a, C: Connector> Future for Acquire<'a, C> {
+    type Output = Result<StreamGuard<'a, C>, AcquireError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let pool = this.pool;
+        match pool.shared.table.poll_reserve(&mut this.wait, cx) {
+            Poll::Ready(Ok(reservation)) => {
+                if this.waited {
+                    pool.shared.counters.waits.incr();
+                }
+                Poll::Ready(Ok(pool.admit(reservation)))
+            }
+            Poll::Ready(Err(_closed)) => Poll::Ready(Err(AcquireError::Closed)),
+            Poll::Pending => {
+                this.waited = true;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<C: Connector> Drop for Acquire<'_, C> {
+    fn drop(&mut self) {
+        self.wait.cancel(self.pool.shared.table.gate());
+    }
+}
+
+impl<C: Connector> fmt::Debug for Acquire<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquire").field("wait", &self.wait).finish()
+    }
+}
+
+/// Room for one request on one stream. Send the request with [`StreamGuard::send`]; dropping
+/// the guard unsent gives the room back at once.
+#[must_use = "dropping the guard gives its room back at once"]
+pub struct StreamGuard<'a, C: Connector> {
+    pool: &'a StreamPool<C>,
+    /// `None` once handed to a driver or released.
+    reservation: Option<Reservation>,
+}
+
+impl<C: Connector> StreamGuard<'_, C> {
+    /// The slot index of the stream this guard has room on (lower is older and busier).
+    pub fn stream_index(&self) -> Option<usize> {
+        self.reservation.map(|r| r.index())
+    }
+
+    /// Sends `request` on the guard's stream and waits for its response.
+    ///
+    /// Cancel-safety: dropping the future before the request reaches the stream's driver gives
+    /// the room back and sends nothing. Dropping it afterwards does **not** cancel the request:
+    /// it is sent, its room stays taken until the response arrives (or the stream ends), and
+    /// the response is discarded and counted as late.
+    ///
+    /// # Errors
+    /// See [`RequestError`]; each variant's [`reach`](RequestError::reach) says whether a retry
+    /// is safe.
+    pub async fn send(mut self, request: C::Request) -> Result<C::Response, RequestError<C::Error>> {
+        let Some(reservation) = self.reservation else {
+            return Err(RequestError::Closed);
+        };
+        let shared = &self.pool.shared;
+        let Some(incarnation) = current_incarnation(shared, reservation).await else {
+            return Err(RequestError::StreamEnded {
+                reach: Reach::NotSent,
+                source: None,
+            });
+        };
+        let (reply, response) = oneshot::channel();
+        let pending = Pending {
+            request,
+            reply,
+            reservation,
+        };
+        // From here the driver owns the unit of load (or we get it back below).
+        self.reservation = None;
+        if let Err(mpsc::error::SendError(pending)) = incarnation.requests.send(pending) {
+            // The driver has stopped taking requests: the stream ended before we got in.
+            shared.table.release(pending.reservation);
+            return Err(RequestError::StreamEnded {
+                reach: Reach::NotSent,
+                source: None,
+            });
+        }
+        drop(incarnation);
+        match response.await {
+            Ok(result) => result,
+            // The driver was stopped (pool dropped) with our request in its hands.
+            Err(_) => Err(RequestError::StreamEnded {
+                reach: Reach::MaybeApplied,
+                source: None,
+            }),
+        }
+    }
+}
+
+/// Finds the incarnation a reservation belongs to, spinning through the instant between a
+/// claimer's CAS and its publication of the incarnation.
+async fn current_incarnation<C: Connector>(
+    shared: &Shared<C>,
+    reservation: Reservation,
+) -> Option<Arc<Incarnation<C>>> {
+    let mut spins = 0u32;
+    loop {
+        let found = shared
+            .table
+            .with_slot(reservation.index(), |slot| {
+                slot.data().current.with(|current| current.clone())
+            })
+            .flatten();
+        if let Some(incarnation) = found {
+            if incarnation.generation == reservation.generation() {
+                return Some(incarnation);
+            }
+        }
+        // Our unit of load keeps the incarnation alive, so it can only be unpublished yet.
+        if !shared.table.is_current(&reservation) {
+            return None;
+        }
+        spins += 1;
+        if spins < 64 {
+            spin();
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl<C: Connector> Drop for StreamGuard<'_, C> {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            self.pool.shared.table.release(reservation);
+        }
+    }
+}
+
+impl<C: Connector> fmt::Debug for StreamGuard<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamGuard")
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver
+// ---------------------------------------------------------------------------------------------
+
+/// Owns one stream incarnation: connects, forwards, routes, and fails what is left at the end.
+struct Driver<C: Connector> {
+    shared: Arc<Shared<C>>,
+    index: usize,
+    generation: Generation,
+    incarnation: Arc<Incarnation<C>>,
+    requests: mpsc::UnboundedReceiver<Pending<C>>,
+    /// Requests sent and awaiting a response, by id; each holds its unit of load.
+    in_flight: HashMap<u64, InFlight<C>>,
+    /// Next pool-assigned id.
+    next_id: u64,
+}
+
+/// A request on the wire: where its response goes, and the load it holds until then.
+struct InFlight<C: Connector> {
+    reply: oneshot::Sender<Result<C::Response, RequestError<C::Error>>>,
+    reservation: Reservation,
+}
+
+/// How a stream's life ended.
+enum End<E> {
+    /// The peer ended or broke the stream.
+    Failed(Option<Arc<E>>),
+    /// The reaper retired the slot, or the pool was dropped.
+    Stopped,
+}
+
+impl<C: Connector> Driver<C> {
+    async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let connected = tokio::select! {
+            result = self.shared.connector.connect(Outbound { rx: out_rx }) => result,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let mut inbound = match connected {
+            Ok(inbound) => inbound,
+            Err(error) => {
+                self.shared.counters.connect_failures.incr();
+                tracing::warn!(slot = self.index, %error, "stream connect failed");
+                let error = Arc::new(error);
+                self.shared.table.begin_drain(self.index, self.generation);
+                self.fail_queued(|| RequestError::Connect {
+                    source: Arc::clone(&error),
+                });
+                return;
+            }
+        };
+        self.shared.table.mark_ready(self.index, self.generation);
+        let end = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|stop| *stop) => break End::Stopped,
+                _ = self.incarnation.stop.notified() => break End::Stopped,
+                response = poll_fn(|cx| Pin::new(&mut inbound).poll_next(cx)) => match response {
+                    Some(Ok(response)) => self.route(response),
+                    Some(Err(error)) => break End::Failed(Some(Arc::new(error))),
+                    None => break End::Failed(None),
+                },
+                pending = self.requests.recv() => match pending {
+                    Some(pending) => self.forward(pending, &out_tx),
+                    // Every sender is gone: the cell moved on to a new incarnation.
+                    None => break End::Stopped,
+                },
+            }
+        };
+        drop(out_tx);
+        if let End::Failed(source) = end {
+            self.shared.counters.stream_failures.incr();
+            tracing::warn!(slot = self.index, error = ?source.as_ref().map(|e| e.to_string()), "stream ended");
+            self.shared.table.begin_drain(self.index, self.generation);
+            for (_, pending) in self.in_flight.drain() {
+                let _ = pending.reply.send(Err(RequestError::StreamEnded {
+                    reach: Reach::MaybeApplied,
+                    source: source.clone(),
+                }));
+                self.shared.table.release(pending.reservation);
+            }
+            self.fail_queued(|| RequestError::StreamEnded {
+                reach: Reach::NotSent,
+                source: source.clone(),
+            });
+        } else {
+            // Stopped: reaped (nothing in flight) or the pool is gone. Fail whatever is left.
+            for (_, pending) in self.in_flight.drain() {
+                let _ = pending.reply.send(Err(RequestError::StreamEnded {
+                    reach: Reach::MaybeApplied,
+                    source: None,
+                }));
+                self.shared.table.release(pending.reservation);
+            }
+            self.shared.table.begin_drain(self.index, self.generation);
+            self.fail_queued(|| RequestError::Closed);
+        }
+    }
+
+    /// Stops accepting requests and fails every queued one as not sent.
+    fn fail_queued(&mut self, error: impl Fn() -> RequestError<C::Error>) {
+        self.requests.close();
+        while let Ok(pending) = self.requests.try_recv() {
+            let _ = pending.reply.send(Err(error()));
+            self.shared.table.release(pending.reservation);
+        }
+    }
+
+    fn forward(&mut self, mut pending: Pending<C>, out: &mpsc::UnboundedSender<C::Request>) {
+        let id = match pending.request.request_id() {
+            Some(id) => id,
+            None => loop {
+                let id = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1);
+                if !self.in_flight.contains_key(&id) {
+                    pending.request.set_request_id(id);
+                    break id;
+                }
+            },
+        };
+        if self.in_flight.contains_key(&id) {
+            let _ = pending.reply.send(Err(RequestError::DuplicateId { id }));
+            self.shared.table.release(pending.reservation);
+            return;
+        }
+        if pending.reply.is_closed() {
+            // The caller is gone before we sent anything: do not send.
+            self.shared.table.release(pending.reservation);
+            return;
+        }
+        let Pending {
+            request,
+            reply,
+            reservation,
+        } = pending;
+        match out.send(request) {
+            Ok(()) => {
+                self.in_flight.insert(id, InFlight { reply, reservation });
+            }
+            Err(_) => {
+                let _ = reply.send(Err(RequestError::StreamEnded {
+                    reach: Reach::NotSent,
+                    source: None,
+                }));
+                self.shared.table.release(reservation);
+            }
+        }
+    }
+
+    fn route(&mut self, response: C::Response) {
+        match self.in_flight.remove(&response.request_id()) {
+            Some(pending) => {
+                if pending.reply.send(Ok(response)).is_err() {
+                    self.shared.counters.late_responses.incr();
+                }
+                self.shared.table.release(pending.reservation);
+            }
+            None => {
+                self.shared.counters.unknown_responses.incr();
+                tracing::debug!(slot = self.index, "response with unknown request id dropped");
+            }
+        }
+    }
+}
+

@@ -1,0 +1,440 @@
+//! StreamPool behaviour through the public API: R1's semantics plus exact depth under
+//! cancellation. No test sleeps or times anything: the mock clock drives idle time and
+//! `settle` yields until the driver tasks have caught up.
+
+mod common;
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::{settle, Req, Resp, Script};
+use slotpool::stream::{RequestError, StreamPool};
+use slotpool::{AcquireError, ConfigError, Reach, TryAcquireError};
+
+fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    let waker = std::task::Waker::noop();
+    fut.poll(&mut Context::from_waker(waker))
+}
+
+#[tokio::test]
+async fn echo_round_trip_assigns_ids_and_counts() {
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(2)
+        .max_queue_depth(4)
+        .build()
+        .unwrap();
+    for body in 0..10 {
+        let guard = pool.acquire().await.unwrap();
+        let resp = guard.send(Req::new(body)).await.unwrap();
+        assert_eq!(resp.body, body);
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.acquires, 10);
+    assert_eq!(stats.spin_ups, 1, "one stream serves sequential requests");
+    assert_eq!(stats.table.in_flight, 0);
+    assert_eq!(script.connects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn fills_lowest_stream_before_opening_another() {
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(4)
+        .max_queue_depth(2)
+        .build()
+        .unwrap();
+    let a = pool.try_acquire().unwrap();
+    let b = pool.try_acquire().unwrap();
+    let c = pool.try_acquire().unwrap();
+    assert_eq!(a.stream_index(), Some(0));
+    assert_eq!(b.stream_index(), Some(0));
+    assert_eq!(c.stream_index(), Some(1));
+    drop(a);
+    // Room reappeared on stream 0: it is preferred over stream 1's spare room.
+    let d = pool.try_acquire().unwrap();
+    assert_eq!(d.stream_index(), Some(0));
+    assert_eq!(pool.stats().spin_ups, 2);
+    drop((b, c, d));
+}
+
+#[tokio::test]
+async fn callers_join_a_stream_while_it_starts() {
+    let (script, _) = Script::echo();
+    let (script, hold) = script.held();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .max_queue_depth(4)
+        .build()
+        .unwrap();
+    let first = pool.acquire().await.unwrap();
+    let second = pool.acquire().await.unwrap();
+    assert_eq!(pool.stats().table.starting, 1);
+    assert_eq!(pool.stats().spin_ups, 1, "the joiner did not start another stream");
+    let (r1, r2, ()) = tokio::join!(first.send(Req::new(1)), second.send(Req::new(2)), async {
+        tokio::task::yield_now().await;
+        hold.add_permits(1);
+    });
+    assert_eq!(r1.unwrap().body, 1);
+    assert_eq!(r2.unwrap().body, 2);
+    assert_eq!(pool.stats().table.ready, 1);
+    assert_eq!(script.connects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn concurrent_spin_ups_never_exceed_max_streams() {
+    let (script, _) = Script::echo();
+    let (script, hold) = script.held();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(3)
+        .max_queue_depth(1)
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..3).map(|_| pool.try_acquire().unwrap()).collect();
+    assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
+    let stats = pool.stats();
+    assert_eq!(stats.spin_ups, 3);
+    assert_eq!(stats.table.starting, 3);
+    assert_eq!(stats.table.in_flight, 3);
+    hold.add_permits(3);
+    drop(guards);
+}
+
+#[tokio::test]
+async fn total_in_flight_is_bounded_and_waiters_get_released_room() {
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(2)
+        .max_queue_depth(2)
+        .build()
+        .unwrap();
+    let mut held: Vec<_> = (0..4).map(|_| pool.try_acquire().unwrap()).collect();
+    let mut waiting = pin!(pool.acquire());
+    assert!(poll_once(waiting.as_mut()).is_pending());
+    assert_eq!(pool.stats().table.waiting, 1);
+    assert_eq!(pool.stats().table.in_flight, 4);
+    let freed = held.pop().unwrap();
+    let freed_index = freed.stream_index();
+    drop(freed);
+    let guard = match poll_once(waiting.as_mut()) {
+        Poll::Ready(Ok(guard)) => guard,
+        other => panic!("waiter not served: {other:?}"),
+    };
+    assert_eq!(guard.stream_index(), freed_index);
+    assert_eq!(pool.stats().waits, 1);
+    assert_eq!(pool.stats().table.in_flight, 4);
+}
+
+#[tokio::test]
+async fn duplicate_in_flight_id_fails_only_that_caller() {
+    let (script, mut streams) = Script::manual();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .max_queue_depth(4)
+        .build()
+        .unwrap();
+    let a = pool.acquire().await.unwrap();
+    let b = pool.acquire().await.unwrap();
+    let server_side = async {
+        let mut server = streams.recv().await.unwrap();
+        let req = server.next_request().await.unwrap();
+        assert_eq!(req.id, Some(5));
+        let dup = b.send(Req::with_id(5, 2)).await.unwrap_err();
+        assert!(matches!(dup, RequestError::DuplicateId { id: 5 }));
+        assert_eq!(dup.reach(), Reach::NotSent);
+        server.respond(5, 10);
+        server
+    };
+    let (first, _server) = tokio::join!(a.send(Req::with_id(5, 1)), server_side);
+    assert_eq!(first.unwrap(), Resp { id: 5, body: 10 });
+    settle(|| pool.stats().table.in_flight == 0).await;
+}
+
+#[tokio::test]
+async fn unknown_response_id_is_counted_and_dropped() {
+    let (script, mut streams) = Script::manual();
+    let pool = StreamPool::builder(script.connector())
+        .max_queue_depth(2)
+        .build()
+        .unwrap();
+    let guard = pool.acquire().await.unwrap();
+    let mut send = pin!(guard.send(Req::new(3)));
+    assert!(poll_once(send.as_mut()).is_pending());
+    let mut server = streams.recv().await.unwrap();
+    let req = server.next_request().await.unwrap();
+    server.respond(req.id.unwrap() + 1000, 0);
+    settle(|| pool.stats().unknown_responses == 1).await;
+    server.respond(req.id.unwrap(), 3);
+    assert_eq!(send.await.unwrap().body, 3);
+}
+
+#[tokio::test]
+async fn stream_failure_fails_its_callers_with_reach_and_spares_other_streams() {
+    let (script, mut streams) = Script::manual();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(2)
+        .max_queue_depth(2)
+        .build()
+        .unwrap();
+    // Stream 0: two requests in flight. Stream 1: one request.
+    let g0a = pool.try_acquire().unwrap();
+    let g0b = pool.try_acquire().unwrap();
+    let g1 = pool.try_acquire().unwrap();
+    assert_eq!((g0a.stream_index(), g1.stream_index()), (Some(0), Some(1)));
+    let mut s0a = pin!(g0a.send(Req::new(1)));
+    let mut s1 = pin!(g1.send(Req::new(3)));
+    assert!(poll_once(s0a.as_mut()).is_pending());
+    assert!(poll_once(s1.as_mut()).is_pending());
+    let mut server0 = streams.recv().await.unwrap();
+    let mut server1 = streams.recv().await.unwrap();
+    // Which ServerStream is which depends on connect order; find stream 0 by its request.
+    let r0 = server0.next_request().await.unwrap();
+    let r1 = server1.next_request().await.unwrap();
+    if r0.body != 1 {
+        std::mem::swap(&mut server0, &mut server1);
+    }
+    let (r0, r1) = if r0.body == 1 { (r0, r1) } else { (r1, r0) };
+    // g0b holds room but has not sent; the stream fails now.
+    server0.fail("reset");
+    let err = s0a.await.unwrap_err();
+    assert!(matches!(err, RequestError::StreamEnded { .. }));
+    assert_eq!(err.reach(), Reach::MaybeApplied);
+    let late = g0b.send(Req::new(2)).await.unwrap_err();
+    assert_eq!(late.reach(), Reach::NotSent, "{late:?}");
+    assert_eq!(pool.stats().stream_failures, 1);
+    // The other stream is untouched.
+    server1.respond(r1.id.unwrap(), 33);
+    assert_eq!(s1.await.unwrap().body, 33);
+    let _ = r0;
+    // The failed slot is Empty again and the next acquire opens a fresh stream there.
+    settle(|| pool.stats().table.empty == 1).await;
+    let again = pool.try_acquire().unwrap();
+    assert_eq!(again.stream_index(), Some(1), "stream 1 has room and is preferred");
+    let full = pool.try_acquire().unwrap();
+    assert_eq!(full.stream_index(), Some(1));
+    let fresh = pool.try_acquire().unwrap();
+    assert_eq!(fresh.stream_index(), Some(0));
+    assert_eq!(pool.stats().spin_ups, 3);
+}
+
+#[tokio::test]
+async fn connect_failure_fails_joined_callers_as_not_sent_and_recovers() {
+    let (script, _) = Script::echo();
+    script.fail_next_connects(1);
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .max_queue_depth(4)
+        .build()
+        .unwrap();
+    let a = pool.acquire().await.unwrap();
+    let b = pool.acquire().await.unwrap();
+    let (ra, rb) = tokio::join!(a.send(Req::new(1)), b.send(Req::new(2)));
+    for err in [ra.unwrap_err(), rb.unwrap_err()] {
+        assert!(
+            matches!(err, RequestError::Connect { .. } | RequestError::StreamEnded { .. }),
+            "{err:?}"
+        );
+        assert_eq!(err.reach(), Reach::NotSent);
+    }
+    assert_eq!(pool.stats().connect_failures, 1);
+    settle(|| pool.stats().table.empty == 1).await;
+    let c = pool.acquire().await.unwrap();
+    assert_eq!(c.send(Req::new(9)).await.unwrap().body, 9);
+}
+
+#[tokio::test]
+async fn depth_stays_taken_until_the_response_when_the_caller_cancels() {
+    let (script, mut streams) = Script::manual();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .max_queue_depth(1)
+        .build()
+        .unwrap();
+    let guard = pool.acquire().await.unwrap();
+    let mut send = Box::pin(guard.send(Req::new(1)));
+    assert!(poll_once(send.as_mut()).is_pending());
+    let mut server = streams.recv().await.unwrap();
+    let req = server.next_request().await.unwrap();
+    drop(send); // the caller gives up after its request went on the wire
+    assert_eq!(pool.stats().table.in_flight, 1, "depth is held by the request on the wire");
+    assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
+    server.respond(req.id.unwrap(), 1);
+    settle(|| pool.stats().late_responses == 1).await;
+    assert_eq!(pool.stats().table.in_flight, 0);
+    assert!(pool.try_acquire().is_ok());
+}
+
+#[tokio::test]
+async fn dropping_an_unsent_guard_gives_room_back() {
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .max_queue_depth(1)
+        .build()
+        .unwrap();
+    let guard = pool.try_acquire().unwrap();
+    assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
+    drop(guard);
+    assert!(pool.try_acquire().is_ok());
+}
+
+#[tokio::test]
+async fn idle_streams_are_reaped_on_the_mock_clock_and_busy_ones_are_not() {
+    let (clock, mock) = quanta::Clock::mock();
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(2)
+        .max_queue_depth(1)
+        .idle_timeout(Duration::from_secs(10))
+        .reap_interval(None)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let a = pool.acquire().await.unwrap();
+    let b = pool.acquire().await.unwrap();
+    a.send(Req::new(1)).await.unwrap();
+    settle(|| pool.stats().table.ready == 2).await;
+    // Stream 1 stays busy (b is held); stream 0 goes idle.
+    assert_eq!(pool.reap(clock.now()), 0, "first pass only notes the idle stream");
+    mock.increment(Duration::from_secs(9));
+    assert_eq!(pool.reap(clock.now()), 0, "not idle long enough");
+    mock.increment(Duration::from_secs(2));
+    assert_eq!(pool.reap(clock.now()), 1);
+    let stats = pool.stats();
+    assert_eq!((stats.reaps, stats.table.empty, stats.table.ready), (1, 1, 1));
+    // A stream used between passes is not reaped.
+    drop(b);
+    assert_eq!(pool.reap(clock.now()), 0);
+    let c = pool.try_acquire().unwrap();
+    assert_eq!(c.stream_index(), Some(1));
+    drop(c);
+    mock.increment(Duration::from_secs(11));
+    assert_eq!(pool.reap(clock.now()), 0, "used since the last pass: idle time restarts");
+    mock.increment(Duration::from_secs(11));
+    assert_eq!(pool.reap(clock.now()), 1);
+    assert_eq!(pool.stats().table.empty, 2);
+    // A reaped stream's driver ends; the next acquire opens a new one.
+    let d = pool.acquire().await.unwrap();
+    assert_eq!(d.send(Req::new(4)).await.unwrap().body, 4);
+    assert_eq!(pool.stats().spin_ups, 3);
+}
+
+#[tokio::test]
+async fn acquire_timeout_and_close_resolve_waiters_with_typed_errors() {
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .max_queue_depth(1)
+        .build()
+        .unwrap();
+    let held = pool.try_acquire().unwrap();
+    tokio::time::pause();
+    let err = pool
+        .acquire_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AcquireError::Timeout { .. }));
+    assert_eq!(err.reach(), Reach::NotSent);
+    assert_eq!(pool.stats().table.waiting, 0, "the timed-out waiter left the queue");
+    let mut waiting = pin!(pool.acquire());
+    assert!(poll_once(waiting.as_mut()).is_pending());
+    pool.close();
+    assert!(matches!(
+        poll_once(waiting.as_mut()),
+        Poll::Ready(Err(AcquireError::Closed))
+    ));
+    assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::Closed);
+    drop(held);
+}
+
+#[tokio::test]
+async fn dropping_the_pool_ends_its_driver_tasks() {
+    let (script, mut streams) = Script::manual();
+    let pool = StreamPool::builder(script.connector())
+        .max_queue_depth(2)
+        .build()
+        .unwrap();
+    let guard = pool.acquire().await.unwrap();
+    let mut send = Box::pin(guard.send(Req::new(1)));
+    assert!(poll_once(send.as_mut()).is_pending());
+    let mut server = streams.recv().await.unwrap();
+    server.next_request().await.unwrap();
+    drop(send);
+    drop(pool);
+    // The driver dropped its outbound half: the server sees the stream end.
+    assert_eq!(server.next_request().await, None);
+}
+
+#[tokio::test]
+async fn bad_configuration_is_a_typed_error() {
+    let (script, _) = Script::echo();
+    let err = |b: slotpool::stream::StreamPoolBuilder<_>| b.build().unwrap_err();
+    assert_eq!(
+        err(StreamPool::builder(script.connector()).max_queue_depth(0)),
+        ConfigError::Zero("max_queue_depth")
+    );
+    assert_eq!(
+        err(StreamPool::builder(script.connector()).max_streams(0)),
+        ConfigError::Zero("max_streams")
+    );
+    assert_eq!(
+        err(StreamPool::builder(script.connector()).reap_interval(Some(Duration::ZERO))),
+        ConfigError::Zero("reap_interval")
+    );
+    assert!(matches!(
+        err(StreamPool::builder(script.connector()).max_queue_depth(usize::MAX)),
+        ConfigError::TooLarge {
+            name: "max_queue_depth",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn building_outside_a_runtime_is_a_typed_error() {
+    let (script, _) = Script::echo();
+    assert_eq!(
+        StreamPool::builder(script.connector()).build().unwrap_err(),
+        ConfigError::Missing("tokio runtime")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_never_overshoot_and_account_exactly() {
+    let (script, _) = Script::echo();
+    let pool = std::sync::Arc::new(
+        StreamPool::builder(script.connector())
+            .max_streams(3)
+            .max_queue_depth(2)
+            .build()
+            .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for t in 0..16u32 {
+        let pool = std::sync::Arc::clone(&pool);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..200u32 {
+                let guard = pool.acquire().await.unwrap();
+                let in_flight = pool.stats().table.in_flight;
+                assert!(in_flight <= 6, "overshoot: {in_flight}");
+                if i % 3 == 0 {
+                    drop(guard);
+                } else {
+                    let body = t * 1000 + i;
+                    assert_eq!(guard.send(Req::new(body)).await.unwrap().body, body);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.table.in_flight, 0);
+    assert_eq!(stats.acquires, 16 * 200);
+    assert!(stats.spin_ups <= 3);
+    assert_eq!(stats.table.waiting, 0);
+}

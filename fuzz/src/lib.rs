@@ -1,0 +1,3 @@
+//! Differential drivers shared by the fuzz targets and by `cargo test` (the workspace's tests
+//! include these files with `#[path]`, so the corpus replays under the README's test command).
+pub mod bytes;
