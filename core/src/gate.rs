@@ -22,7 +22,9 @@
 //! the gate and the owner's RMW on its capacity word are both `SeqCst`, so in the single total
 //! order either the owner's later load of the gate sees `WAITING` (and notifies), or the
 //! waiter's later attempt sees the freed capacity. This is the Dekker pattern; it is why the
-//! loads on both sides are `SeqCst` rather than `Acquire`.
+//! loads on both sides are `SeqCst` rather than `Acquire`. (`sync::dekker_fence` marks the
+//! two places; it is free in normal builds and a real `SeqCst` fence under loom, whose model
+//! of `SeqCst` accesses is weaker than Rust's.)
 //!
 //! **Fairness.** Waiters queue in FIFO order. A notified waiter that loses the freed capacity
 //! to a caller that never waited re-enqueues at the **front**, so it keeps its place.
@@ -45,7 +47,7 @@ use std::fmt;
 use std::task::{Context, Poll, Waker};
 
 use crate::error::Closed;
-use crate::sync::{trace_transition, Arc, AtomicBool, AtomicUsize, CachePadded, Mutex, Ordering};
+use crate::sync::{dekker_fence, trace_transition, Arc, AtomicBool, AtomicUsize, CachePadded, Mutex, Ordering};
 
 /// The queue is not empty.
 const WAITING: usize = 0b01;
@@ -102,6 +104,7 @@ impl Gate {
     /// With nobody waiting this is one load and takes no lock.
     #[inline]
     pub fn notify_one(&self) {
+        dekker_fence();
         if self.state.load(Ordering::SeqCst) & WAITING == 0 {
             return;
         }
@@ -134,6 +137,7 @@ impl Gate {
     /// Whether any waiter is queued (a `SeqCst` load, for the Dekker pairing).
     #[inline]
     pub fn has_waiters(&self) -> bool {
+        dekker_fence();
         self.state.load(Ordering::SeqCst) & WAITING != 0
     }
 
@@ -318,6 +322,8 @@ impl WaitState {
                 }
                 gate.queued.store(queue.len(), Ordering::Relaxed);
                 gate.state.fetch_or(WAITING, Ordering::SeqCst);
+                // The retry that follows reads the owner's capacity: Dekker with notify_one.
+                dekker_fence();
                 self.node = Some(node);
                 trace_transition!("gate: waiter enqueued (front: {})", self.was_notified);
             }

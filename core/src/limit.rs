@@ -97,11 +97,23 @@ impl Limit {
     }
 
     /// Like [`Limit::try_acquire`], returning a permit that owns a reference to the limit.
+    #[cfg(not(slotpool_loom))]
     pub fn try_acquire_owned(self: &Arc<Self>) -> Result<OwnedPermit, TryAcquireError> {
-        self.try_acquire().map(|permit| {
+        Self::try_acquire_arc(self)
+    }
+
+    /// Under loom (whose `Arc` cannot be a method receiver) call it as
+    /// `Limit::try_acquire_owned(&limit)`, which also compiles in normal builds.
+    #[cfg(slotpool_loom)]
+    pub fn try_acquire_owned(this: &Arc<Self>) -> Result<OwnedPermit, TryAcquireError> {
+        Self::try_acquire_arc(this)
+    }
+
+    fn try_acquire_arc(this: &Arc<Self>) -> Result<OwnedPermit, TryAcquireError> {
+        this.try_acquire().map(|permit| {
             std::mem::forget(permit);
             OwnedPermit {
-                limit: Arc::clone(self),
+                limit: Arc::clone(this),
             }
         })
     }
@@ -119,9 +131,20 @@ impl Limit {
 
     /// Waits for a permit that owns a reference to the limit. Cancel-safe like
     /// [`Limit::acquire`].
+    #[cfg(not(slotpool_loom))]
     pub fn acquire_owned(self: Arc<Self>) -> AcquireOwned {
+        Self::acquire_arc(self)
+    }
+
+    /// Under loom call it as `Limit::acquire_owned(limit)` (also fine in normal builds).
+    #[cfg(slotpool_loom)]
+    pub fn acquire_owned(this: Arc<Self>) -> AcquireOwned {
+        Self::acquire_arc(this)
+    }
+
+    fn acquire_arc(this: Arc<Self>) -> AcquireOwned {
         AcquireOwned {
-            limit: Some(self),
+            limit: Some(this),
             wait: WaitState::new(),
         }
     }

@@ -91,7 +91,7 @@ use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::{Gate, WaitState};
-use crate::sync::{trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published};
+use crate::sync::{spin, trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published};
 
 /// The largest per-slot load (`max_load`) a table accepts.
 pub const MAX_LOAD: u32 = (1 << 31) - 1;
@@ -102,8 +102,25 @@ pub const MAX_SLOTS: usize = 1 << 24;
 /// Slots per bitmap word.
 const WORD_BITS: usize = 64;
 
-/// Size of an unbounded table's first segment.
+/// Size of an unbounded table's first segment (smaller under loom, to keep models small; the
+/// code paths are the same).
+#[cfg(not(slotpool_loom))]
 const FIRST_SEGMENT: usize = 64;
+#[cfg(slotpool_loom)]
+const FIRST_SEGMENT: usize = 2;
+
+/// How many times a non-waiting reservation rescans after crossing another caller's
+/// transition before it reports no capacity.
+const MAX_PASSES: usize = 8;
+
+/// What one scan noticed.
+#[derive(Default)]
+struct Scan {
+    /// A hint was overtaken by another caller's transition during this pass.
+    raced: bool,
+    /// A slot seen Empty through a stale room hint: claim it before scanning vacancies.
+    empty: Option<usize>,
+}
 
 // ---------------------------------------------------------------------------------------------
 // The packed word
@@ -556,39 +573,84 @@ impl<T> SlotTable<T> {
         }
     }
 
-    /// One pass over every segment: room first (join), then vacancy (claim).
+    /// Scans for room, then vacancy. A pass that found a hint overtaken by another caller
+    /// (a slot claimed, filled or retired under it) is repeated, so a non-waiting reserver
+    /// does not report "no capacity" merely because it crossed a transition in flight; after
+    /// [`MAX_PASSES`] such passes it gives up (a waiter would be notified instead).
     fn reserve_existing(&self) -> Option<Reservation> {
-        if let Some(r) = self.join_in(&self.base) {
+        for _ in 0..MAX_PASSES {
+            let mut scan = Scan::default();
+            if let Some(reservation) = self.pass(&mut scan) {
+                return Some(reservation);
+            }
+            if !scan.raced {
+                return None;
+            }
+            spin();
+        }
+        None
+    }
+
+    /// One pass over every segment: room first (join), then vacancy (claim).
+    fn pass(&self, scan: &mut Scan) -> Option<Reservation> {
+        if let Some(r) = self.join_in(&self.base, scan) {
             return Some(r);
         }
         if let Some(grown) = &self.grown {
             let found = grown
                 .segments
-                .with(|segments| segments.iter().find_map(|s| self.join_in(s)));
+                .with(|segments| segments.iter().find_map(|s| self.join_in(s, scan)));
             if found.is_some() {
                 return found;
             }
         }
-        if let Some(r) = self.claim_in(&self.base) {
+        if let Some(index) = scan.empty.take() {
+            let claimed = self
+                .with_segment(index, |segment, local| {
+                    self.try_claim(segment, local, scan)
+                })
+                .flatten();
+            if claimed.is_some() {
+                return claimed;
+            }
+        }
+        if let Some(r) = self.claim_in(&self.base, scan) {
             return Some(r);
         }
         if let Some(grown) = &self.grown {
-            return grown
+            let found = grown
                 .segments
-                .with(|segments| segments.iter().find_map(|s| self.claim_in(s)));
+                .with(|segments| segments.iter().find_map(|s| self.claim_in(s, scan)));
+            if found.is_some() {
+                return found;
+            }
+        }
+        // Nothing found. A claimer publishes room before it clears the vacancy we may have
+        // read as clear, so room that appeared during this pass is visible now: look again.
+        if self.any_room_hint() {
+            scan.raced = true;
         }
         None
     }
 
+    fn any_room_hint(&self) -> bool {
+        let any = |segment: &Segment<T>| segment.room.iter().any(|w| w.load(Ordering::SeqCst) != 0);
+        any(&self.base)
+            || self
+                .grown
+                .as_ref()
+                .is_some_and(|g| g.segments.with(|segments| segments.iter().any(|s| any(s))))
+    }
+
     /// Joins the lowest-index slot in `segment` whose room bit is set and that really has room.
-    fn join_in(&self, segment: &Segment<T>) -> Option<Reservation> {
+    fn join_in(&self, segment: &Segment<T>, scan: &mut Scan) -> Option<Reservation> {
         for (w, word) in segment.room.iter().enumerate() {
             let mut candidates = word.load(Ordering::SeqCst);
             while candidates != 0 {
                 let bit = candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
                 let local = w * WORD_BITS + bit;
-                if let Some(reservation) = self.try_join(segment, local) {
+                if let Some(reservation) = self.try_join(segment, local, scan) {
                     return Some(reservation);
                 }
             }
@@ -597,12 +659,18 @@ impl<T> SlotTable<T> {
     }
 
     /// The checked CAS on one slot: `load < max` and accepting, then `load + 1`.
-    fn try_join(&self, segment: &Segment<T>, local: usize) -> Option<Reservation> {
+    fn try_join(&self, segment: &Segment<T>, local: usize, scan: &mut Scan) -> Option<Reservation> {
         let slot = &segment.slots[local];
         let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
         loop {
             if !current.has_room(self.max_load) {
-                // Stale hint: clear it, then recheck (rule 2).
+                // Stale hint: someone changed the slot since the bit was set. Clear it, then
+                // recheck (rule 2). A slot found Empty this way (retired under us, its vacancy
+                // perhaps not yet published) is remembered as a claim candidate.
+                scan.raced = true;
+                if current.phase() == Phase::Empty {
+                    scan.empty.get_or_insert(segment.start + local);
+                }
                 self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
                 return None;
             }
@@ -637,14 +705,14 @@ impl<T> SlotTable<T> {
     }
 
     /// Claims the lowest-index Empty slot in `segment`: Empty → Starting with load 1.
-    fn claim_in(&self, segment: &Segment<T>) -> Option<Reservation> {
+    fn claim_in(&self, segment: &Segment<T>, scan: &mut Scan) -> Option<Reservation> {
         for (w, word) in segment.vacant.iter().enumerate() {
             let mut candidates = word.load(Ordering::SeqCst);
             while candidates != 0 {
                 let bit = candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
                 let local = w * WORD_BITS + bit;
-                if let Some(reservation) = self.try_claim(segment, local) {
+                if let Some(reservation) = self.try_claim(segment, local, scan) {
                     return Some(reservation);
                 }
             }
@@ -652,11 +720,17 @@ impl<T> SlotTable<T> {
         None
     }
 
-    fn try_claim(&self, segment: &Segment<T>, local: usize) -> Option<Reservation> {
+    fn try_claim(&self, segment: &Segment<T>, local: usize, scan: &mut Scan) -> Option<Reservation> {
         let slot = &segment.slots[local];
         let current = SlotWord(slot.word.load(Ordering::SeqCst));
         if current.phase() != Phase::Empty {
+            // Claimed since the bit was read. The claimer may have left room: join it
+            // directly (its room hint may not be published yet).
+            scan.raced = true;
             self.clear_hint(&segment.vacant, local, slot, |w| w.phase() == Phase::Empty);
+            if current.has_room(self.max_load) {
+                return self.try_join(segment, local, scan);
+            }
             return None;
         }
         let next = current
@@ -668,18 +742,21 @@ impl<T> SlotTable<T> {
             .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
         {
-            // Another claimer won this slot (it is no longer Empty, or it was recycled and
-            // its generation moved): let the caller try the next candidate or rescan.
+            // Another claimer won this slot: try the next candidate, and rescan for the room
+            // the winner may have left.
+            scan.raced = true;
             return None;
         }
         trace_transition!("slots: claim {} -> {:?}", segment.start + local, next);
-        // The vacancy hint is now stale; clear it (with the usual recheck, although nobody
-        // but us can return this incarnation to Empty before we start or drain it).
-        self.clear_hint(&segment.vacant, local, slot, |w| w.phase() == Phase::Empty);
+        // Room first, then vacancy: a scanner that misses the room bit still finds the stale
+        // vacancy bit, sees the Starting slot and joins it directly.
         if next.has_room(self.max_load) {
             // Joiners may ride along while the resource starts (rule 1).
             self.set_hint(&segment.room, local);
         }
+        // The vacancy hint is now stale; clear it (with the usual recheck, although nobody
+        // but us can return this incarnation to Empty before we start or drain it).
+        self.clear_hint(&segment.vacant, local, slot, |w| w.phase() == Phase::Empty);
         Some(Reservation {
             index: segment.start + local,
             generation: next.generation(),
@@ -815,12 +892,13 @@ impl<T> SlotTable<T> {
                 ) {
                     Ok(_) => {
                         trace_transition!("slots: drain {} -> {:?}", index, next);
-                        // The room hint is now stale; clear it so scans skip the slot.
-                        self.clear_hint(&segment.room, local, slot, |w| {
-                            w.has_room(self.max_load)
-                        });
                         if next.phase() == Phase::Empty {
                             self.publish_vacancy(segment, local, slot);
+                        } else {
+                            // The room hint is now stale; clear it so scans skip the slot.
+                            self.clear_hint(&segment.room, local, slot, |w| {
+                                w.has_room(self.max_load)
+                            });
                         }
                         return Some(current.phase());
                     }
@@ -875,7 +953,6 @@ impl<T> SlotTable<T> {
                     .is_ok()
                 {
                     trace_transition!("slots: reaped {}", segment.start + local);
-                    self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
                     self.publish_vacancy(segment, local, slot);
                     on_retire(
                         Retired {
@@ -929,9 +1006,11 @@ impl<T> SlotTable<T> {
         }
     }
 
+    /// Vacancy first, then the stale room bit: a scanner that sees neither cannot exist
+    /// (and one that sees the stale room bit finds the Empty slot and claims it directly).
     fn publish_vacancy(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>) {
-        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
         self.set_hint(&segment.vacant, local);
+        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
     }
 
     // --- access ------------------------------------------------------------------------------

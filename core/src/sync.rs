@@ -20,6 +20,13 @@ mod imp {
     /// no protocol code panics while holding a lock).
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
+    /// Orders a preceding `SeqCst` RMW before a following `SeqCst` load of another word (the
+    /// Dekker pairing the gate relies on). In the C++20 model that Rust uses, `SeqCst`
+    /// accesses already share one total order, so this compiles to nothing; it exists so
+    /// the loom build can state the same guarantee (see the loom branch).
+    #[inline(always)]
+    pub(crate) fn dekker_fence() {}
+
     /// Backs off inside a short spin: the CPU's spin hint.
     #[inline]
     pub(crate) fn spin() {
@@ -59,7 +66,7 @@ mod imp {
 #[cfg(slotpool_loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use loom::sync::{Arc, Weak};
+    pub(crate) use loom::sync::Arc;
 
     /// loom's mutex behind the same interface as `parking_lot::Mutex`.
     #[derive(Debug)]
@@ -78,7 +85,17 @@ mod imp {
         }
     }
 
+    /// loom models `SeqCst` loads and RMWs as `AcqRel` (its README: "Unsupported features"),
+    /// which is weaker than what Rust guarantees and would report false lost wake-ups in the
+    /// store-load (Dekker) pattern. loom does model `fence(SeqCst)` exactly, so at each point
+    /// where the code relies on the single `SeqCst` order we state it with a real fence here.
+    #[inline]
+    pub(crate) fn dekker_fence() {
+        loom::sync::atomic::fence(Ordering::SeqCst);
+    }
+
     /// Under loom a spin must yield, or the model would explore an unbounded busy loop.
+    #[allow(dead_code)] // used by the tokio pools, which are not built under loom
     #[inline]
     pub(crate) fn spin() {
         loom::thread::yield_now();
@@ -141,12 +158,14 @@ pub(crate) use trace_transition;
 
 /// A statistics counter that many threads bump without sharing a cache line: one
 /// cache-padded stripe per thread slot, summed on read. Relaxed: counters order nothing.
+#[cfg_attr(slotpool_loom, allow(dead_code))] // the pools that count are not built under loom
 pub(crate) struct Counter {
     stripes: [CachePadded<AtomicU64>; COUNTER_STRIPES],
 }
 
 const COUNTER_STRIPES: usize = 8;
 
+#[cfg_attr(slotpool_loom, allow(dead_code))]
 impl Counter {
     pub(crate) fn new() -> Self {
         Self {
@@ -182,6 +201,7 @@ impl std::fmt::Debug for Counter {
 }
 
 /// This thread's counter stripe, assigned round-robin on first use.
+#[cfg_attr(slotpool_loom, allow(dead_code))]
 #[inline]
 fn stripe_index() -> usize {
     use std::cell::Cell;

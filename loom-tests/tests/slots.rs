@@ -1,0 +1,264 @@
+//! Loom models of the slot table: the slot-word CAS protocol, the bitmap hints and their
+//! interplay with the gate.
+//!
+//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p
+//! slotpool-loom-tests --target-dir target/loom`.
+#![cfg(slotpool_loom)]
+
+use loom::future::block_on;
+use loom::sync::Arc;
+use loom::thread;
+use slotpool::slots::{Capacity, Phase, SlotTable};
+use slotpool::TryAcquireError;
+
+/// A table whose slots are all Ready and full; returns their reservations.
+fn full_table(slots: usize, max_load: u32) -> (SlotTable, Vec<slotpool::Reservation>) {
+    let table = SlotTable::new(Capacity::Bounded(slots), max_load).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..slots * max_load as usize {
+        let r = table.try_reserve().unwrap();
+        if r.claimed() {
+            assert!(table.mark_ready(r.index(), r.generation()));
+        }
+        held.push(r);
+    }
+    assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+    (table, held)
+}
+
+/// Every unit of capacity can be reserved once the dust settles: the hints hide nothing.
+fn assert_all_capacity_visible(table: &SlotTable, slots: usize, max_load: u32) {
+    let stats = table.stats();
+    let mut taken = Vec::new();
+    let free = slots as u64 * u64::from(max_load) - stats.in_flight;
+    for _ in 0..free {
+        taken.push(table.try_reserve().expect("capacity hidden by a stale hint"));
+    }
+    assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+    for r in taken {
+        assert!(table.release(r));
+    }
+}
+
+/// Reserve racing release on a full slot: the waiting reserver gets the released unit (never
+/// sleeps while it is free), and the load never exceeds the cap.
+#[test]
+fn reserve_vs_release() {
+    loom::model(|| {
+        let (table, mut held) = full_table(1, 1);
+        let table = Arc::new(table);
+        let r = held.pop().unwrap();
+        let waiter = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let got = block_on(table.reserve()).unwrap();
+                assert!(!got.claimed());
+                assert!(table.release(got));
+            })
+        };
+        assert!(table.release(r));
+        waiter.join().unwrap();
+        assert_eq!(table.stats().in_flight, 0);
+        assert_all_capacity_visible(&table, 1, 1);
+    });
+}
+
+/// Claim racing join on one Empty slot of depth 2: exactly one caller claims (and so starts
+/// the resource); the other joins the Starting slot; load is 2.
+#[test]
+fn claim_vs_join() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 2).unwrap());
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        let mine = table.try_reserve().unwrap();
+        let theirs = other.join().unwrap();
+        assert_eq!(mine.index(), theirs.index());
+        assert!(mine.claimed() ^ theirs.claimed(), "exactly one claim");
+        let word = table.word(0).unwrap();
+        assert_eq!(word.phase(), Phase::Starting);
+        assert_eq!(word.load(), 2);
+        assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+    });
+}
+
+/// Concurrent spin-ups on a two-slot table of depth 1 claim two different slots and never a
+/// third.
+#[test]
+fn concurrent_claims_never_overshoot() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 1).unwrap());
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve())
+        };
+        let mine = table.try_reserve().unwrap();
+        let theirs = other.join().unwrap().unwrap();
+        assert!(mine.claimed() && theirs.claimed());
+        assert_ne!(mine.index(), theirs.index());
+        assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+    });
+}
+
+/// Retire (the reaper) racing a reservation on an idle Ready slot: either the reservation
+/// wins and the slot stays (the reaper's CAS fails), or the reaper retires it and the
+/// reservation claims the next generation. A release carrying the old generation afterwards
+/// changes nothing.
+#[test]
+fn retire_vs_reserve_with_stale_release() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 1).unwrap());
+        let first = table.try_reserve().unwrap();
+        assert!(table.mark_ready(first.index(), first.generation()));
+        assert!(table.release(first));
+        // First reaper pass notes the slot idle (clears `used`).
+        table.reap_idle(0, 0, |_, _| panic!("not idle long enough yet"));
+        let reserver = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        let mut retired = Vec::new();
+        table.reap_idle(1, 0, |r, _| retired.push(r));
+        let got = reserver.join().unwrap();
+        let word = table.word(0).unwrap();
+        if retired.is_empty() {
+            // The reservation won: same incarnation, Ready, load 1.
+            assert!(!got.claimed());
+            assert_eq!(got.generation(), first.generation());
+            assert_eq!((word.phase(), word.load()), (Phase::Ready, 1));
+        } else {
+            // The reaper won: the reservation claimed the next incarnation.
+            assert_eq!(retired[0].generation, first.generation());
+            assert!(got.claimed());
+            assert_eq!(got.generation(), first.generation().next());
+            assert_eq!((word.phase(), word.load()), (Phase::Starting, 1));
+            // A stale release of the old incarnation is a no-op.
+            assert!(!table.release(first));
+            assert_eq!(table.word(0).unwrap(), word);
+        }
+        assert!(table.release(got));
+    });
+}
+
+/// Growth racing reservation on a full unbounded table: both reservers get distinct new
+/// slots, the table grows by exactly one segment, and no live slot moved.
+#[test]
+fn growth_vs_reserve() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Unbounded, 1).unwrap());
+        let first = table.stats().slots;
+        let mut held = Vec::new();
+        while held.len() < first {
+            held.push(table.try_reserve().unwrap());
+        }
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        let mine = table.try_reserve().unwrap();
+        let theirs = other.join().unwrap();
+        assert!(mine.index() >= first && theirs.index() >= first);
+        assert_ne!(mine.index(), theirs.index());
+        assert_eq!(table.stats().slots, 2 * first, "grew by exactly one segment");
+        // Live slots stayed where they were.
+        for r in &held {
+            assert!(table.is_current(r));
+        }
+        assert!(table.release(mine) && table.release(theirs));
+    });
+}
+
+/// The room hint is cleared by a reservation that fills a slot while a release from full
+/// races it (clear-then-recheck): afterwards all free capacity is visible to a reserver.
+#[test]
+fn fill_vs_release_keeps_the_hint_honest() {
+    loom::model(|| {
+        let (table, mut held) = full_table(1, 2);
+        let table = Arc::new(table);
+        // One unit free, one held: the racing reserve fills the slot again.
+        let r = held.pop().unwrap();
+        assert!(table.release(r));
+        let keep = held.pop().unwrap();
+        let reserver = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        assert!(table.release(keep));
+        let got = reserver.join().unwrap();
+        assert_eq!(table.stats().in_flight, 1);
+        assert_all_capacity_visible(&table, 1, 2);
+        assert!(table.release(got));
+    });
+}
+
+/// A waiter on a full two-slot table while one slot is released and another caller races
+/// for it: the waiter is never left asleep while a unit is free (loom would report the
+/// deadlock), and nothing is lost or doubled.
+#[test]
+fn waiter_never_sleeps_while_capacity_exists() {
+    loom::model(|| {
+        let (table, mut held) = full_table(2, 1);
+        let table = Arc::new(table);
+        let r1 = held.pop().unwrap();
+        let r0 = held.pop().unwrap();
+        let waiter = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let got = block_on(table.reserve()).unwrap();
+                assert!(table.release(got));
+            })
+        };
+        let racer = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                assert!(table.release(r0));
+                if let Ok(got) = table.try_reserve() {
+                    assert!(table.release(got));
+                }
+            })
+        };
+        racer.join().unwrap();
+        waiter.join().unwrap();
+        assert!(table.release(r1));
+        assert_eq!(table.stats().in_flight, 0);
+        assert_all_capacity_visible(&table, 2, 1);
+    });
+}
+
+/// A Starting slot that fails (drain) while a caller joins it: the joiner either got in
+/// before the drain (and its release empties the slot) or found no room and claimed nothing
+/// twice; the slot always ends Empty with the next generation once all load is released.
+#[test]
+fn drain_vs_join() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 2).unwrap());
+        let claim = table.try_reserve().unwrap();
+        assert!(claim.claimed());
+        let joiner = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve())
+        };
+        assert_eq!(
+            table.begin_drain(claim.index(), claim.generation()),
+            Some(Phase::Starting)
+        );
+        assert!(table.release(claim));
+        match joiner.join().unwrap() {
+            Ok(joined) => {
+                if joined.claimed() {
+                    // The slot drained and emptied first; the joiner started a new incarnation.
+                    assert_eq!(joined.generation(), claim.generation().next());
+                } else {
+                    assert_eq!(joined.generation(), claim.generation());
+                }
+                assert!(table.release(joined));
+            }
+            Err(e) => assert_eq!(e, TryAcquireError::NoCapacity),
+        }
+        let word = table.word(0).unwrap();
+        assert_eq!(word.load(), 0);
+        assert!(matches!(word.phase(), Phase::Empty | Phase::Starting));
+    });
+}
