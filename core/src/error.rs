@@ -49,6 +49,13 @@ pub enum AcquireError {
         /// How long the caller waited.
         waited: Duration,
     },
+    /// The circuit breaker is open after repeated connect failures: the pool fails fast
+    /// instead of opening another connection that would likely fail too.
+    #[error("unavailable (circuit breaker open, retry after {retry_after:?})")]
+    Unavailable {
+        /// How long until the breaker lets a probe through.
+        retry_after: Duration,
+    },
 }
 
 impl AcquireError {
@@ -73,6 +80,12 @@ pub enum TryAcquireError {
     /// The pool was closed.
     #[error("pool closed")]
     Closed,
+    /// The circuit breaker is open (see [`AcquireError::Unavailable`]).
+    #[error("unavailable (circuit breaker open, retry after {retry_after:?})")]
+    Unavailable {
+        /// How long until the breaker lets a probe through.
+        retry_after: Duration,
+    },
 }
 
 impl From<Closed> for TryAcquireError {

@@ -3,10 +3,12 @@
 
 mod sync;
 
+pub mod breaker;
 pub mod error;
 pub mod gate;
 #[cfg(not(slotpool_loom))]
 pub mod limit;
+#[cfg(not(slotpool_loom))]
 pub mod slots;
 #[cfg(not(slotpool_loom))]
 pub mod stream;

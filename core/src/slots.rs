@@ -532,6 +532,22 @@ impl<T> SlotTable<T> {
         self.reserve_or_grow().ok_or(TryAcquireError::NoCapacity)
     }
 
+    /// Claims the lowest Empty slot (Empty → Starting, load 1) without joining any slot that
+    /// has room and without growing: for owners that keep a minimum number of resources open.
+    pub fn try_claim_vacant(&self) -> Option<Reservation> {
+        if self.gate.is_closed() {
+            return None;
+        }
+        let mut scan = Scan::default();
+        if let Some(r) = self.claim_in(&self.base, &mut scan) {
+            return Some(r);
+        }
+        let grown = self.grown.as_ref()?;
+        grown
+            .segments
+            .with(|segments| segments.iter().find_map(|s| self.claim_in(s, &mut scan)))
+    }
+
     /// Waits for one unit of load (see [`SlotTable::try_reserve`] for where it comes from).
     ///
     /// Cancel-safe: dropping the future before it resolves reserves nothing, and a wake-up it
@@ -915,11 +931,27 @@ impl<T> SlotTable<T> {
     /// nanoseconds, and calls `on_retire` for each with its slot data so the owner can close
     /// the resource. A reservation racing the pass wins: the retiring CAS expects the exact
     /// idle word and fails if anything changed.
-    pub fn reap_idle(&self, now: u64, idle_timeout: u64, mut on_retire: impl FnMut(Retired, &T)) {
+    pub fn reap_idle(&self, now: u64, idle_timeout: u64, on_retire: impl FnMut(Retired, &T)) {
+        self.reap_idle_keeping(now, idle_timeout, 0, on_retire);
+    }
+
+    /// [`SlotTable::reap_idle`] that keeps the lowest `keep` live (non-Empty) slots open
+    /// however idle they are (a pool's prewarmed minimum).
+    pub fn reap_idle_keeping(
+        &self,
+        now: u64,
+        idle_timeout: u64,
+        keep: usize,
+        mut on_retire: impl FnMut(Retired, &T),
+    ) {
+        let mut live_seen = 0usize;
         let mut pass = |segment: &Segment<T>| {
             for (local, slot) in segment.slots.iter().enumerate() {
                 let current = SlotWord(slot.word.load(Ordering::SeqCst));
-                if current.phase() != Phase::Ready || current.load() != 0 {
+                if current.phase() != Phase::Empty {
+                    live_seen += 1;
+                }
+                if current.phase() != Phase::Ready || current.load() != 0 || live_seen <= keep {
                     continue;
                 }
                 if current.used() {

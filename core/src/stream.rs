@@ -64,6 +64,7 @@ use futures_core::Stream;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, ConfigError, Reach, TryAcquireError};
 use crate::gate::WaitState;
 use crate::slots::{Capacity, Generation, Reservation, SlotTable, TableStats};
@@ -187,6 +188,10 @@ pub struct StreamStats {
     pub late_responses: u64,
     /// Responses with an id no caller was waiting for; discarded.
     pub unknown_responses: u64,
+    /// Acquires refused because the circuit breaker was open.
+    pub breaker_rejections: u64,
+    /// The circuit breaker's state.
+    pub breaker: BreakerState,
 }
 
 /// Builder for a [`StreamPool`]; see [`StreamPool::builder`].
@@ -197,9 +202,26 @@ pub struct StreamPoolBuilder<C> {
     idle_timeout: Duration,
     reap_interval: Option<Duration>,
     clock: quanta::Clock,
+    breaker: Option<(u32, Duration)>,
+    min_streams: usize,
 }
 
 impl<C: Connector> StreamPoolBuilder<C> {
+    /// Circuit breaker: after `consecutive_failures` connect failures in a row, acquires that
+    /// would open a new stream fail fast with [`AcquireError::Unavailable`] for `backoff`
+    /// (on the pool's clock); then one probe connect is let through. Default: off.
+    pub fn breaker(mut self, consecutive_failures: u32, backoff: Duration) -> Self {
+        self.breaker = Some((consecutive_failures, backoff));
+        self
+    }
+
+    /// Opens `n` streams at build and keeps at least `n` open: the reaper does not close
+    /// them when idle and reopens any that failed. Default: 0.
+    pub fn min_streams(mut self, n: usize) -> Self {
+        self.min_streams = n;
+        self
+    }
+
     /// Bounds the number of streams; acquires wait when all are full. Default: unbounded.
     pub fn max_streams(mut self, max: usize) -> Self {
         self.max_streams = Some(max);
@@ -276,6 +298,24 @@ impl<C: Connector> StreamPoolBuilder<C> {
             }
             other => other,
         })?;
+        if let Some(max) = self.max_streams {
+            if self.min_streams > max {
+                return Err(ConfigError::Inverted {
+                    low: "min_streams",
+                    low_value: self.min_streams as u64,
+                    high: "max_streams",
+                    high_value: max as u64,
+                });
+            }
+        }
+        let breaker = match self.breaker {
+            Some((0, _)) => return Err(ConfigError::Zero("breaker consecutive_failures")),
+            Some((threshold, backoff)) => Breaker::new(
+                threshold,
+                u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX),
+            ),
+            None => Breaker::new(0, 0),
+        };
         let runtime = Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?;
         let (shutdown, _) = watch::channel(false);
         let base = self.clock.now();
@@ -288,7 +328,10 @@ impl<C: Connector> StreamPoolBuilder<C> {
             base,
             idle_timeout: self.idle_timeout,
             counters: Counters::default(),
+            breaker,
+            min_streams: self.min_streams,
         });
+        shared.top_up();
         let reaper = self.reap_interval.map(|interval| {
             let weak = Arc::downgrade(&shared);
             runtime.spawn(reaper_task(weak, interval)).abort_handle()
@@ -367,6 +410,10 @@ struct Shared<C: Connector> {
     base: quanta::Instant,
     idle_timeout: Duration,
     counters: Counters,
+    /// Consulted only when a reservation claims a slot (a spin-up).
+    breaker: Breaker,
+    /// Streams kept open however idle (prewarm).
+    min_streams: usize,
 }
 
 #[derive(Debug)]
@@ -379,6 +426,7 @@ struct Counters {
     reaps: Counter,
     late_responses: Counter,
     unknown_responses: Counter,
+    breaker_rejections: Counter,
 }
 
 impl Default for Counters {
@@ -392,6 +440,7 @@ impl Default for Counters {
             reaps: Counter::new(),
             late_responses: Counter::new(),
             unknown_responses: Counter::new(),
+            breaker_rejections: Counter::new(),
         }
     }
 }
@@ -445,6 +494,8 @@ impl<C: Connector> StreamPool<C> {
             idle_timeout: Duration::from_secs(10),
             reap_interval: Some(Duration::from_secs(1)),
             clock: quanta::Clock::new(),
+            breaker: None,
+            min_streams: 0,
         }
     }
 
@@ -465,10 +516,12 @@ impl<C: Connector> StreamPool<C> {
     ///
     /// # Errors
     /// [`TryAcquireError::NoCapacity`] when every stream of a bounded pool is full,
-    /// [`TryAcquireError::Closed`] once the pool is closed.
+    /// [`TryAcquireError::Closed`] once the pool is closed, [`TryAcquireError::Unavailable`]
+    /// when a new stream is needed and the circuit breaker is open.
     pub fn try_acquire(&self) -> Result<StreamGuard<'_, C>, TryAcquireError> {
         let reservation = self.shared.table.try_reserve()?;
-        Ok(self.admit(reservation))
+        self.admit(reservation)
+            .map_err(|retry_after| TryAcquireError::Unavailable { retry_after })
     }
 
     /// [`StreamPool::acquire`] with a deadline `timeout` from now.
@@ -501,17 +554,32 @@ impl<C: Connector> StreamPool<C> {
         }
     }
 
-    /// Turns a reservation into a guard, starting the stream if the reservation claimed a slot.
+    /// Turns a reservation into a guard, starting the stream if the reservation claimed a
+    /// slot and the breaker allows it; otherwise undoes the claim and reports how long until
+    /// the breaker lets a probe through.
     #[inline]
-    fn admit(&self, reservation: Reservation) -> StreamGuard<'_, C> {
+    fn admit(&self, reservation: Reservation) -> Result<StreamGuard<'_, C>, Duration> {
         if reservation.claimed() {
-            self.shared.spin_up(reservation);
+            let shared = &self.shared;
+            match shared.breaker.admit(|| shared.now_nanos(shared.clock.now())) {
+                Ok(admission) => shared.spin_up(reservation, admission == Admission::Probe),
+                Err(retry_after) => {
+                    // Nobody may use this incarnation: drain it (joiners see Draining and
+                    // fail as not sent) and give back our unit, which empties it.
+                    shared
+                        .table
+                        .begin_drain(reservation.index(), reservation.generation());
+                    shared.table.release(reservation);
+                    shared.counters.breaker_rejections.incr();
+                    return Err(Duration::from_nanos(retry_after));
+                }
+            }
         }
         self.shared.counters.acquires.incr();
-        StreamGuard {
+        Ok(StreamGuard {
             pool: self,
             reservation: Some(reservation),
-        }
+        })
     }
 
     /// One reaper pass at `now` on the pool's clock: closes streams idle for at least the idle
@@ -533,6 +601,8 @@ impl<C: Connector> StreamPool<C> {
             reaps: c.reaps.get(),
             late_responses: c.late_responses.get(),
             unknown_responses: c.unknown_responses.get(),
+            breaker_rejections: c.breaker_rejections.get(),
+            breaker: self.shared.breaker.state(),
         }
     }
 
@@ -569,7 +639,7 @@ impl<C: Connector> fmt::Debug for StreamPool<C> {
 impl<C: Connector> Shared<C> {
     /// The claimer's half of spin-up: publish the incarnation, then spawn its driver. Runs in
     /// the acquiring caller's poll with no lock held.
-    fn spin_up(self: &Arc<Self>, reservation: Reservation) {
+    fn spin_up(self: &Arc<Self>, reservation: Reservation, probe: bool) {
         let (tx, rx) = mpsc::unbounded_channel();
         let incarnation = Arc::new(Incarnation {
             generation: reservation.generation(),
@@ -592,6 +662,7 @@ impl<C: Connector> Shared<C> {
             requests: rx,
             in_flight: HashMap::new(),
             next_id: 0,
+            probe,
         };
         self.runtime.spawn(driver.run(shutdown));
     }
@@ -600,11 +671,41 @@ impl<C: Connector> Shared<C> {
         u64::try_from(now.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn reap(&self, now: quanta::Instant) -> usize {
-        let now = self.now_nanos(now);
+    /// Opens streams until `min_streams` are live (prewarm, and replacing failed ones). A
+    /// prewarmed stream holds no load: the claim's unit is given back at once.
+    fn top_up(self: &Arc<Self>) {
+        if self.min_streams == 0 {
+            return;
+        }
+        let stats = self.table.stats();
+        let live = stats.slots - stats.empty;
+        for _ in live..self.min_streams {
+            let Some(reservation) = self.table.try_claim_vacant() else {
+                return;
+            };
+            if !reservation.claimed() {
+                self.table.release(reservation);
+                return;
+            }
+            match self.breaker.admit(|| self.now_nanos(self.clock.now())) {
+                Ok(admission) => self.spin_up(reservation, admission == Admission::Probe),
+                Err(_) => {
+                    self.table
+                        .begin_drain(reservation.index(), reservation.generation());
+                    self.table.release(reservation);
+                    return;
+                }
+            }
+            self.table.release(reservation);
+        }
+    }
+
+    fn reap(self: &Arc<Self>, now: quanta::Instant) -> usize {
+        let now_nanos = self.now_nanos(now);
         let timeout = u64::try_from(self.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
         let mut reaped = 0;
-        self.table.reap_idle(now, timeout, |retired, cell| {
+        self.table
+            .reap_idle_keeping(now_nanos, timeout, self.min_streams, |retired, cell| {
             reaped += 1;
             cell.current.with(|current| {
                 if let Some(incarnation) = current {
@@ -618,6 +719,7 @@ impl<C: Connector> Shared<C> {
             self.counters.reaps.add(reaped as u64);
             tracing::debug!(reaped, "reaped idle streams");
         }
+        self.top_up();
         reaped
     }
 }
@@ -654,7 +756,10 @@ impl<'a, C: Connector> Future for Acquire<'a, C> {
                 if this.waited {
                     pool.shared.counters.waits.incr();
                 }
-                Poll::Ready(Ok(pool.admit(reservation)))
+                Poll::Ready(
+                    pool.admit(reservation)
+                        .map_err(|retry_after| AcquireError::Unavailable { retry_after }),
+                )
             }
             Poll::Ready(Err(_closed)) => Poll::Ready(Err(AcquireError::Closed)),
             Poll::Pending => {
@@ -760,9 +865,13 @@ async fn current_incarnation<C: Connector>(
                 return Some(incarnation);
             }
         }
-        // Our unit of load keeps the incarnation alive, so it can only be unpublished yet.
-        if !shared.table.is_current(&reservation) {
-            return None;
+        // Our unit of load keeps the incarnation alive, so it can only be unpublished yet,
+        // unless its claimer was refused by the breaker and drained it unpublished.
+        match shared.table.word(reservation.index()) {
+            Some(word)
+                if word.generation() == reservation.generation()
+                    && word.phase().accepts_reservations() => {}
+            _ => return None,
         }
         spins += 1;
         if spins < 64 {
@@ -804,6 +913,8 @@ struct Driver<C: Connector> {
     in_flight: HashMap<u64, InFlight<C>>,
     /// Next pool-assigned id.
     next_id: u64,
+    /// This connect is the circuit breaker's half-open probe.
+    probe: bool,
 }
 
 /// A request on the wire: where its response goes, and the load it holds until then.
@@ -828,9 +939,14 @@ impl<C: Connector> Driver<C> {
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
         let mut inbound = match connected {
-            Ok(inbound) => inbound,
+            Ok(inbound) => {
+                self.shared.breaker.on_success();
+                inbound
+            }
             Err(error) => {
                 self.shared.counters.connect_failures.incr();
+                let now = self.shared.now_nanos(self.shared.clock.now());
+                self.shared.breaker.on_failure(now, self.probe);
                 tracing::warn!(slot = self.index, %error, "stream connect failed");
                 let error = Arc::new(error);
                 self.shared.table.begin_drain(self.index, self.generation);

@@ -438,3 +438,92 @@ async fn many_tasks_never_overshoot_and_account_exactly() {
     assert!(stats.spin_ups <= 3);
     assert_eq!(stats.table.waiting, 0);
 }
+
+#[tokio::test]
+async fn breaker_opens_fails_fast_then_half_opens_one_probe() {
+    let (clock, mock) = quanta::Clock::mock();
+    let (script, _) = Script::echo();
+    script.fail_next_connects(3);
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(2)
+        .max_queue_depth(1)
+        .breaker(2, Duration::from_secs(5))
+        .reap_interval(None)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let guard = pool.acquire().await.unwrap();
+        let err = guard.send(Req::new(1)).await.unwrap_err();
+        assert_eq!(err.reach(), Reach::NotSent);
+        settle(|| pool.stats().table.empty == 2).await;
+    }
+    assert_eq!(pool.stats().breaker, slotpool::breaker::BreakerState::Open);
+    // Open: fail fast, no connect attempted.
+    let connects = script.connects.load(Ordering::SeqCst);
+    match pool.try_acquire() {
+        Err(TryAcquireError::Unavailable { retry_after }) => {
+            assert_eq!(retry_after, Duration::from_secs(5))
+        }
+        other => panic!("expected fail-fast, got {other:?}"),
+    }
+    assert!(matches!(
+        pool.acquire().await,
+        Err(AcquireError::Unavailable { .. })
+    ));
+    assert_eq!(script.connects.load(Ordering::SeqCst), connects);
+    assert_eq!(pool.stats().table.empty, 2, "refused claims were undone");
+    // After the backoff one probe goes through; it fails (third scripted failure): open again.
+    mock.increment(Duration::from_secs(5));
+    let probe = pool.try_acquire().unwrap();
+    assert_eq!(pool.stats().breaker, slotpool::breaker::BreakerState::HalfOpen);
+    assert!(matches!(
+        pool.try_acquire(),
+        Err(TryAcquireError::Unavailable { .. })
+    ));
+    assert!(probe.send(Req::new(2)).await.is_err());
+    settle(|| pool.stats().breaker == slotpool::breaker::BreakerState::Open).await;
+    // Next probe succeeds: closed, and the pool serves again.
+    mock.increment(Duration::from_secs(5));
+    let probe = pool.try_acquire().unwrap();
+    assert_eq!(probe.send(Req::new(3)).await.unwrap().body, 3);
+    assert_eq!(pool.stats().breaker, slotpool::breaker::BreakerState::Closed);
+    let again = pool.acquire().await.unwrap();
+    assert_eq!(again.send(Req::new(4)).await.unwrap().body, 4);
+    assert!(pool.stats().breaker_rejections >= 3);
+}
+
+#[tokio::test]
+async fn min_streams_are_prewarmed_and_kept_through_reaping() {
+    let (clock, mock) = quanta::Clock::mock();
+    let (script, _) = Script::echo();
+    let pool = StreamPool::builder(script.connector())
+        .max_streams(4)
+        .max_queue_depth(1)
+        .min_streams(2)
+        .idle_timeout(Duration::from_secs(1))
+        .reap_interval(None)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    settle(|| pool.stats().table.ready == 2).await;
+    assert_eq!(pool.stats().table.in_flight, 0, "prewarmed streams hold no load");
+    assert_eq!(script.connects.load(Ordering::SeqCst), 2);
+    // A third stream opened under load is reaped when idle; the first two stay.
+    let guards: Vec<_> = (0..3).map(|_| pool.try_acquire().unwrap()).collect();
+    assert_eq!(guards[2].stream_index(), Some(2));
+    drop(guards);
+    settle(|| pool.stats().table.ready == 3).await;
+    for _ in 0..3 {
+        mock.increment(Duration::from_secs(2));
+        pool.reap(clock.now());
+    }
+    let stats = pool.stats();
+    assert_eq!((stats.table.ready, stats.reaps), (2, 1));
+    let bad = StreamPool::builder(script.connector())
+        .max_streams(1)
+        .min_streams(2)
+        .build()
+        .unwrap_err();
+    assert!(matches!(bad, ConfigError::Inverted { .. }));
+}
