@@ -44,10 +44,14 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::num::NonZeroU64;
 use std::task::{Context, Poll, Waker};
 
 use crate::error::Closed;
-use crate::sync::{dekker_fence, trace_transition, Arc, AtomicBool, AtomicUsize, CachePadded, Mutex, Ordering};
+use crate::sync::{
+    dekker_fence, trace_transition, Arc, AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex,
+    Ordering,
+};
 
 /// The queue is not empty.
 const WAITING: usize = 0b01;
@@ -71,6 +75,8 @@ pub struct Gate {
 struct Entry {
     node: Arc<Node>,
     waker: Waker,
+    /// The waiter can take a unit of capacity handed to it directly ([`Gate::handoff`]).
+    accepts_handoff: bool,
 }
 
 /// The part of a waiter that the notifier writes.
@@ -79,6 +85,9 @@ struct Node {
     /// INVARIANT: a node is in the queue exactly when `notified` is false and its waiter
     /// still holds it.
     notified: AtomicBool,
+    /// A unit of capacity handed over with the notification (0: none). Written before
+    /// `notified`, under the queue's mutex.
+    handoff: AtomicU64,
 }
 
 impl Gate {
@@ -124,6 +133,41 @@ impl Gate {
         };
         trace_transition!("gate: notified one waiter");
         waker.wake();
+    }
+
+    /// Hands a unit of capacity (an owner-defined non-zero token) straight to the oldest
+    /// waiter, if it is one that accepts handoffs, and wakes it. Returns `false` (and keeps
+    /// nothing) when there is no such waiter; the owner then frees the unit as usual.
+    ///
+    /// Handing off instead of freeing is what makes waiting fair: a caller that never waited
+    /// cannot take a unit a queued waiter was woken for. With nobody waiting this is one load.
+    #[inline]
+    pub fn handoff(&self, token: NonZeroU64) -> bool {
+        dekker_fence();
+        if self.state.load(Ordering::SeqCst) & WAITING == 0 {
+            return false;
+        }
+        self.handoff_slow(token)
+    }
+
+    #[cold]
+    fn handoff_slow(&self, token: NonZeroU64) -> bool {
+        let waker = {
+            let mut queue = self.queue.lock();
+            if !queue.front().is_some_and(|e| e.accepts_handoff) {
+                return false;
+            }
+            let Some(entry) = queue.pop_front() else {
+                return false;
+            };
+            entry.node.handoff.store(token.get(), Ordering::Relaxed);
+            entry.node.notified.store(true, Ordering::Release);
+            self.after_pop(&queue);
+            entry.waker
+        };
+        trace_transition!("gate: handed a unit to a waiter");
+        waker.wake();
+        true
     }
 
     /// Keeps `WAITING` and the queue length in step with the queue. Called under its mutex.
@@ -258,39 +302,77 @@ impl WaitState {
         &mut self,
         gate: &Gate,
         cx: &mut Context<'_>,
+        attempt: impl FnMut() -> Option<T>,
+    ) -> Poll<Result<T, Closed>> {
+        self.poll_inner(gate, cx, attempt, None)
+    }
+
+    /// [`WaitState::poll_until`] for owners that hand units over ([`Gate::handoff`]): a unit
+    /// handed to this waiter resolves it through `accept`. If the waiter ends up with a unit
+    /// it does not need (it found capacity itself just as one was handed over, or the gate
+    /// closed), `give_back` returns that unit to the owner. Such a waiter must be cancelled
+    /// with [`WaitState::cancel_handoff`].
+    pub fn poll_until_handoff<T>(
+        &mut self,
+        gate: &Gate,
+        cx: &mut Context<'_>,
+        attempt: impl FnMut() -> Option<T>,
+        accept: impl Fn(NonZeroU64) -> T,
+        give_back: impl Fn(NonZeroU64),
+    ) -> Poll<Result<T, Closed>> {
+        self.poll_inner(gate, cx, attempt, Some((&accept, &give_back)))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn poll_inner<T>(
+        &mut self,
+        gate: &Gate,
+        cx: &mut Context<'_>,
         mut attempt: impl FnMut() -> Option<T>,
+        handoff: Option<(&dyn Fn(NonZeroU64) -> T, &dyn Fn(NonZeroU64))>,
     ) -> Poll<Result<T, Closed>> {
         if let Some(node) = &self.node {
             if node.notified.load(Ordering::Acquire) {
                 // The notifier popped us; the notification is ours to use now.
+                let token = NonZeroU64::new(node.handoff.load(Ordering::Relaxed));
                 self.node = None;
                 self.was_notified = true;
+                if let (Some(token), Some((accept, _))) = (token, handoff) {
+                    return Poll::Ready(Ok(accept(token)));
+                }
             }
         }
+        let finish = |this: &mut Self| {
+            if let Some(token) = this.cancel_handoff(gate) {
+                if let Some((_, give_back)) = handoff {
+                    give_back(token);
+                }
+            }
+        };
         if gate.is_closed() {
-            self.cancel(gate);
+            finish(self);
             return Poll::Ready(Err(Closed));
         }
         if let Some(value) = attempt() {
-            self.cancel(gate);
+            finish(self);
             return Poll::Ready(Ok(value));
         }
-        self.register(gate, cx.waker());
+        self.register(gate, cx.waker(), handoff.is_some());
         // Second try: a release that ran before our `WAITING` became visible freed capacity
         // we must now see (module docs, "Wait side").
         if gate.is_closed() {
-            self.cancel(gate);
+            finish(self);
             return Poll::Ready(Err(Closed));
         }
         if let Some(value) = attempt() {
-            self.cancel(gate);
+            finish(self);
             return Poll::Ready(Ok(value));
         }
         Poll::Pending
     }
 
     /// Enqueues this waiter, or refreshes its waker if it is queued already.
-    fn register(&mut self, gate: &Gate, waker: &Waker) {
+    fn register(&mut self, gate: &Gate, waker: &Waker, accepts_handoff: bool) {
         let mut queue = gate.queue.lock();
         match &self.node {
             Some(node) => {
@@ -310,10 +392,12 @@ impl WaitState {
             None => {
                 let node = Arc::new(Node {
                     notified: AtomicBool::new(false),
+                    handoff: AtomicU64::new(0),
                 });
                 let entry = Entry {
                     node: Arc::clone(&node),
                     waker: waker.clone(),
+                    accepts_handoff,
                 };
                 if self.was_notified {
                     queue.push_front(entry);
@@ -331,25 +415,40 @@ impl WaitState {
     }
 
     /// Leaves `gate`'s queue. If a notification had been delivered to this waiter and not
-    /// used, it is passed to the next waiter. Idempotent.
+    /// used, it is passed to the next waiter. Idempotent. (A waiter polled with
+    /// [`WaitState::poll_until_handoff`] must use [`WaitState::cancel_handoff`] instead.)
     pub fn cancel(&mut self, gate: &Gate) {
-        let Some(node) = self.node.take() else {
-            return;
-        };
+        let unused = self.cancel_handoff(gate);
+        debug_assert!(
+            unused.is_none(),
+            "a handed-off unit was dropped by cancel()"
+        );
+    }
+
+    /// Leaves `gate`'s queue like [`WaitState::cancel`], and returns a unit that was handed to
+    /// this waiter and not used: the owner must free it (which may hand it to the next waiter).
+    #[must_use = "a returned unit must be given back to its owner"]
+    pub fn cancel_handoff(&mut self, gate: &Gate) -> Option<NonZeroU64> {
+        let node = self.node.take()?;
         let mut queue = gate.queue.lock();
         if node.notified.load(Ordering::Acquire) {
             drop(queue);
+            if let Some(token) = NonZeroU64::new(node.handoff.load(Ordering::Relaxed)) {
+                trace_transition!("gate: waiter cancelled holding a handed-off unit");
+                return Some(token);
+            }
             trace_transition!("gate: notified waiter cancelled, passing on");
             // The notification stood for freed capacity someone else can use.
             if !gate.is_closed() {
                 gate.notify_one();
             }
-            return;
+            return None;
         }
         if let Some(pos) = queue.iter().position(|e| Arc::ptr_eq(&e.node, &node)) {
             queue.remove(pos);
         }
         gate.after_pop(&queue);
+        None
     }
 
     /// Whether this waiter is queued (or notified and not yet polled).

@@ -22,6 +22,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -194,13 +195,27 @@ impl Limit {
 
     #[inline]
     fn release(&self) {
+        // A queued waiter gets the permit directly (FIFO: a caller that never waited cannot
+        // take it first). One load when nobody waits.
+        if self.gate.handoff(NonZeroU64::MIN) {
+            return;
+        }
         let before = self.free.fetch_add(1, Ordering::SeqCst);
-        debug_assert!(before < self.capacity, "released more permits than acquired");
+        debug_assert!(
+            before < self.capacity,
+            "released more permits than acquired"
+        );
         self.gate.notify_one();
     }
 
     fn poll_wait(&self, wait: &mut WaitState, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
-        wait.poll_until(&self.gate, cx, || self.take_for_waiter())
+        wait.poll_until_handoff(
+            &self.gate,
+            cx,
+            || self.take_for_waiter(),
+            |_| (),
+            |_| self.release(),
+        )
     }
 }
 
@@ -286,7 +301,9 @@ impl<'a> Future for Acquire<'a> {
 
 impl Drop for Acquire<'_> {
     fn drop(&mut self) {
-        self.wait.cancel(&self.limit.gate);
+        if self.wait.cancel_handoff(&self.limit.gate).is_some() {
+            self.limit.release();
+        }
     }
 }
 
@@ -327,7 +344,9 @@ impl Future for AcquireOwned {
 impl Drop for AcquireOwned {
     fn drop(&mut self) {
         if let Some(limit) = &self.limit {
-            self.wait.cancel(&limit.gate);
+            if self.wait.cancel_handoff(&limit.gate).is_some() {
+                limit.release();
+            }
         }
     }
 }

@@ -86,12 +86,15 @@
 
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::{Gate, WaitState};
-use crate::sync::{spin, trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published};
+use crate::sync::{
+    spin, trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published,
+};
 
 /// The largest per-slot load (`max_load`) a table accepts.
 pub const MAX_LOAD: u32 = (1 << 31) - 1;
@@ -396,6 +399,21 @@ impl Reservation {
     pub fn claimed(&self) -> bool {
         self.claimed
     }
+
+    /// The gate token a release hands to a waiter: `(index + 1) << 32 | generation`, never 0.
+    fn token(&self) -> NonZeroU64 {
+        let raw = ((self.index as u64 + 1) << 32) | u64::from(self.generation.0);
+        NonZeroU64::new(raw).unwrap_or(NonZeroU64::MIN)
+    }
+
+    /// The reservation a handed-over token stands for (a join: the slot was already live).
+    fn from_token(token: NonZeroU64) -> Reservation {
+        Reservation {
+            index: ((token.get() >> 32) - 1) as usize,
+            generation: Generation((token.get() & 0xFFFF_FFFF) as u32),
+            claimed: false,
+        }
+    }
 }
 
 /// What a reaper pass or a drain did to one slot.
@@ -573,7 +591,23 @@ impl<T> SlotTable<T> {
     where
         T: Default,
     {
-        wait.poll_until(&self.gate, cx, || self.reserve_or_grow())
+        wait.poll_until_handoff(
+            &self.gate,
+            cx,
+            || self.reserve_or_grow(),
+            Reservation::from_token,
+            |token| {
+                self.release(Reservation::from_token(token));
+            },
+        )
+    }
+
+    /// Gives up a wait started with [`SlotTable::poll_reserve`]: leaves the queue, and frees a
+    /// unit that was handed to the waiter but not used (which may hand it to the next one).
+    pub fn cancel_reserve(&self, wait: &mut WaitState) {
+        if let Some(token) = wait.cancel_handoff(&self.gate) {
+            self.release(Reservation::from_token(token));
+        }
     }
 
     fn reserve_or_grow(&self) -> Option<Reservation>
@@ -622,9 +656,7 @@ impl<T> SlotTable<T> {
         }
         if let Some(index) = scan.empty.take() {
             let claimed = self
-                .with_segment(index, |segment, local| {
-                    self.try_claim(segment, local, scan)
-                })
+                .with_segment(index, |segment, local| self.try_claim(segment, local, scan))
                 .flatten();
             if claimed.is_some() {
                 return claimed;
@@ -700,9 +732,7 @@ impl<T> SlotTable<T> {
                 Ok(_) => {
                     trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
                     if next.load() == self.max_load {
-                        self.clear_hint(&segment.room, local, slot, |w| {
-                            w.has_room(self.max_load)
-                        });
+                        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
                     } else if self.gate.has_waiters() {
                         // Room remains: pass the turn to the next waiter.
                         self.gate.notify_one();
@@ -736,7 +766,12 @@ impl<T> SlotTable<T> {
         None
     }
 
-    fn try_claim(&self, segment: &Segment<T>, local: usize, scan: &mut Scan) -> Option<Reservation> {
+    fn try_claim(
+        &self,
+        segment: &Segment<T>,
+        local: usize,
+        scan: &mut Scan,
+    ) -> Option<Reservation> {
         let slot = &segment.slots[local];
         let current = SlotWord(slot.word.load(Ordering::SeqCst));
         if current.phase() != Phase::Empty {
@@ -820,6 +855,22 @@ impl<T> SlotTable<T> {
     fn release_in(&self, segment: &Segment<T>, local: usize, generation: Generation) -> bool {
         let slot = &segment.slots[local];
         let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+        if current.generation() == generation
+            && current.load() > 0
+            && current.phase().accepts_reservations()
+        {
+            // Someone is queued: hand the unit over instead of freeing it, so a caller that
+            // never waited cannot take it first (FIFO). The load stays on the slot. One load
+            // of the gate's state when nobody waits.
+            let reservation = Reservation {
+                index: segment.start + local,
+                generation,
+                claimed: false,
+            };
+            if self.gate.handoff(reservation.token()) {
+                return true;
+            }
+        }
         loop {
             if current.generation() != generation || current.load() == 0 {
                 trace_transition!("slots: stale release on {}", segment.start + local);
@@ -861,8 +912,7 @@ impl<T> SlotTable<T> {
             let slot = &segment.slots[local];
             let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
             loop {
-                if current.generation() != generation || current.phase() != Phase::Starting
-                {
+                if current.generation() != generation || current.phase() != Phase::Starting {
                     return false;
                 }
                 let next = current.with_phase(Phase::Ready);
@@ -890,8 +940,7 @@ impl<T> SlotTable<T> {
             let slot = &segment.slots[local];
             let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
             loop {
-                if current.generation() != generation || !current.phase().accepts_reservations()
-                {
+                if current.generation() != generation || !current.phase().accepts_reservations() {
                     return None;
                 }
                 let draining = current.with_phase(Phase::Draining);
@@ -998,7 +1047,9 @@ impl<T> SlotTable<T> {
         };
         pass(&self.base);
         if let Some(grown) = &self.grown {
-            grown.segments.with(|segments| segments.iter().for_each(|s| pass(s)));
+            grown
+                .segments
+                .with(|segments| segments.iter().for_each(|s| pass(s)));
         }
     }
 
@@ -1160,7 +1211,7 @@ impl<T: Default> Future for Reserve<'_, T> {
 
 impl<T> Drop for Reserve<'_, T> {
     fn drop(&mut self) {
-        self.wait.cancel(&self.table.gate);
+        self.table.cancel_reserve(&mut self.wait);
     }
 }
 

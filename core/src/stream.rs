@@ -111,6 +111,13 @@ pub struct Outbound<R> {
     rx: mpsc::UnboundedReceiver<R>,
 }
 
+impl<R> Outbound<R> {
+    /// Wraps a receiver (for connectors tested or driven outside a pool).
+    pub fn new(rx: mpsc::UnboundedReceiver<R>) -> Self {
+        Self { rx }
+    }
+}
+
 impl<R> Stream for Outbound<R> {
     type Item = R;
 
@@ -561,7 +568,10 @@ impl<C: Connector> StreamPool<C> {
     fn admit(&self, reservation: Reservation) -> Result<StreamGuard<'_, C>, Duration> {
         if reservation.claimed() {
             let shared = &self.shared;
-            match shared.breaker.admit(|| shared.now_nanos(shared.clock.now())) {
+            match shared
+                .breaker
+                .admit(|| shared.now_nanos(shared.clock.now()))
+            {
                 Ok(admission) => shared.spin_up(reservation, admission == Admission::Probe),
                 Err(retry_after) => {
                     // Nobody may use this incarnation: drain it (joiners see Draining and
@@ -706,15 +716,15 @@ impl<C: Connector> Shared<C> {
         let mut reaped = 0;
         self.table
             .reap_idle_keeping(now_nanos, timeout, self.min_streams, |retired, cell| {
-            reaped += 1;
-            cell.current.with(|current| {
-                if let Some(incarnation) = current {
-                    if incarnation.generation == retired.generation {
-                        incarnation.stop.notify_one();
+                reaped += 1;
+                cell.current.with(|current| {
+                    if let Some(incarnation) = current {
+                        if incarnation.generation == retired.generation {
+                            incarnation.stop.notify_one();
+                        }
                     }
-                }
+                });
             });
-        });
         if reaped > 0 {
             self.counters.reaps.add(reaped as u64);
             tracing::debug!(reaped, "reaped idle streams");
@@ -772,7 +782,7 @@ impl<'a, C: Connector> Future for Acquire<'a, C> {
 
 impl<C: Connector> Drop for Acquire<'_, C> {
     fn drop(&mut self) {
-        self.wait.cancel(self.pool.shared.table.gate());
+        self.pool.shared.table.cancel_reserve(&mut self.wait);
     }
 }
 
@@ -807,7 +817,10 @@ impl<C: Connector> StreamGuard<'_, C> {
     /// # Errors
     /// See [`RequestError`]; each variant's [`reach`](RequestError::reach) says whether a retry
     /// is safe.
-    pub async fn send(mut self, request: C::Request) -> Result<C::Response, RequestError<C::Error>> {
+    pub async fn send(
+        mut self,
+        request: C::Request,
+    ) -> Result<C::Response, RequestError<C::Error>> {
         let Some(reservation) = self.reservation else {
             return Err(RequestError::Closed);
         };
@@ -957,18 +970,30 @@ impl<C: Connector> Driver<C> {
             }
         };
         self.shared.table.mark_ready(self.index, self.generation);
+        // Built once and polled across iterations: re-registering with the watch channel and
+        // the Notify on every event would cost two lock round-trips per request.
+        let incarnation = Arc::clone(&self.incarnation);
+        let stopped = incarnation.stop.notified();
+        let shutting_down = shutdown.wait_for(|stop| *stop);
+        tokio::pin!(stopped, shutting_down);
         let end = loop {
             tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => break End::Stopped,
-                _ = self.incarnation.stop.notified() => break End::Stopped,
+                _ = &mut shutting_down => break End::Stopped,
+                _ = &mut stopped => break End::Stopped,
                 response = poll_fn(|cx| Pin::new(&mut inbound).poll_next(cx)) => match response {
                     Some(Ok(response)) => self.route(response),
                     Some(Err(error)) => break End::Failed(Some(Arc::new(error))),
                     None => break End::Failed(None),
                 },
                 pending = self.requests.recv() => match pending {
-                    Some(pending) => self.forward(pending, &out_tx),
+                    Some(pending) => {
+                        self.forward(pending, &out_tx);
+                        // Take whatever else is queued in the same wake-up.
+                        while let Ok(pending) = self.requests.try_recv() {
+                            self.forward(pending, &out_tx);
+                        }
+                    }
                     // Every sender is gone: the cell moved on to a new incarnation.
                     None => break End::Stopped,
                 },
@@ -1064,9 +1089,11 @@ impl<C: Connector> Driver<C> {
             }
             None => {
                 self.shared.counters.unknown_responses.incr();
-                tracing::debug!(slot = self.index, "response with unknown request id dropped");
+                tracing::debug!(
+                    slot = self.index,
+                    "response with unknown request id dropped"
+                );
             }
         }
     }
 }
-

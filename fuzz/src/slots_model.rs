@@ -70,7 +70,8 @@ impl Model {
         let (index, claimed) = self.next()?;
         if index == self.slots.len() {
             let grow = self.slots.len();
-            self.slots.extend(std::iter::repeat_n(ModelSlot::EMPTY, grow));
+            self.slots
+                .extend(std::iter::repeat_n(ModelSlot::EMPTY, grow));
         }
         let slot = &mut self.slots[index];
         if claimed {
@@ -93,10 +94,30 @@ impl Model {
         true
     }
 
+    /// A release: handed straight to a queued waiter when the slot still takes
+    /// reservations (the load stays), else freed.
+    fn release_or_hand(
+        &mut self,
+        r: Reservation,
+        waiter_queued: bool,
+        handed: &mut Option<(usize, u32)>,
+    ) -> bool {
+        let (index, generation) = (r.index(), r.generation().get());
+        let slot = self.slots[index];
+        if waiter_queued
+            && slot.generation == generation
+            && slot.load > 0
+            && matches!(slot.phase, Phase::Starting | Phase::Ready)
+        {
+            *handed = Some((index, generation));
+            return true;
+        }
+        self.release(index, generation)
+    }
+
     fn drain(&mut self, index: usize, generation: u32) -> Option<Phase> {
         let slot = &mut self.slots[index];
-        if slot.generation != generation || !matches!(slot.phase, Phase::Starting | Phase::Ready)
-        {
+        if slot.generation != generation || !matches!(slot.phase, Phase::Starting | Phase::Ready) {
             return None;
         }
         let was = slot.phase;
@@ -157,6 +178,8 @@ pub fn run(data: &[u8]) {
     let flag = Arc::new(Flag::default());
     let waker = Waker::from(Arc::clone(&flag));
     let mut waiter: Option<Pin<Box<Reserve<'_, ()>>>> = None;
+    // A unit a release handed straight to the queued waiter (FIFO handoff).
+    let mut handed: Option<(usize, u32)> = None;
     let mut steps = 0;
 
     while !input.is_empty() && steps < 512 {
@@ -178,7 +201,8 @@ pub fn run(data: &[u8]) {
             }
             2 | 3 if !held.is_empty() => {
                 let r = held.swap_remove(input.below(held.len()));
-                let expected = model.release(r.index(), r.generation().get());
+                let queued = waiter.is_some() && handed.is_none() && table.stats().waiting == 1;
+                let expected = model.release_or_hand(r, queued, &mut handed);
                 assert_eq!(table.release(r), expected);
                 if !expected {
                     stale.push(r);
@@ -186,14 +210,15 @@ pub fn run(data: &[u8]) {
             }
             4 if !stale.is_empty() => {
                 let r = stale[input.below(stale.len())];
-                let expected = model.release(r.index(), r.generation().get());
+                let queued = waiter.is_some() && handed.is_none() && table.stats().waiting == 1;
+                let expected = model.release_or_hand(r, queued, &mut handed);
                 assert_eq!(table.release(r), expected);
             }
             5 if !held.is_empty() => {
                 let r = held[input.below(held.len())];
                 let slot = model.slots[r.index()];
-                let expected = slot.generation == r.generation().get()
-                    && slot.phase == Phase::Starting;
+                let expected =
+                    slot.generation == r.generation().get() && slot.phase == Phase::Starting;
                 if expected {
                     model.slots[r.index()].phase = Phase::Ready;
                 }
@@ -212,8 +237,12 @@ pub fn run(data: &[u8]) {
                 match fut.as_mut().poll(&mut Context::from_waker(&waker)) {
                     Poll::Ready(result) => {
                         let r = result.expect("table not closed");
-                        let (index, claimed, generation) =
-                            model.reserve().expect("table gave capacity the model lacks");
+                        let (index, claimed, generation) = match handed.take() {
+                            Some((index, generation)) => (index, false, generation),
+                            None => model
+                                .reserve()
+                                .expect("table gave capacity the model lacks"),
+                        };
                         assert_eq!(
                             (r.index(), r.claimed(), r.generation().get()),
                             (index, claimed, generation)
@@ -221,15 +250,22 @@ pub fn run(data: &[u8]) {
                         held.push(r);
                     }
                     Poll::Pending => {
-                        assert!(model.next().is_none(), "waiter pending while capacity exists");
+                        assert!(
+                            model.next().is_none(),
+                            "waiter pending while capacity exists"
+                        );
                         flag.0.store(false, Ordering::SeqCst);
                         waiter = Some(fut);
                     }
                 }
             }
             8 => {
-                // The waiter's deadline passes: its future is dropped.
+                // The waiter's deadline passes: its future is dropped, giving back a unit
+                // that was handed to it.
                 waiter = None;
+                if let Some((index, generation)) = handed.take() {
+                    assert!(model.release(index, generation));
+                }
             }
             _ => {
                 now += input.below(8) as u64;
@@ -247,6 +283,9 @@ pub fn run(data: &[u8]) {
         }
     }
     drop(waiter);
+    if let Some((index, generation)) = handed.take() {
+        assert!(model.release(index, generation));
+    }
     for r in held {
         let expected = model.release(r.index(), r.generation().get());
         assert_eq!(table.release(r), expected);
@@ -272,7 +311,12 @@ fn check(table: &SlotTable<()>, model: &Model, waiting: bool) {
     for (i, slot) in model.slots.iter().enumerate() {
         let word = table.word(i).expect("slot exists");
         assert_eq!(
-            (word.phase(), word.load(), word.generation().get(), word.used()),
+            (
+                word.phase(),
+                word.load(),
+                word.generation().get(),
+                word.used()
+            ),
             (slot.phase, slot.load, slot.generation, slot.used),
             "slot {i}"
         );
