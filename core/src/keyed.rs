@@ -1,0 +1,1153 @@
+//! Keyed admission for blocking work: per-family shares of tokio's blocking pool, aliasing,
+//! deadlines, and refusals that say whether a retry is safe (R2 in the seed systems).
+//!
+//! # The algorithm
+//!
+//! Blocking work (a call that takes a mutex and may wait on `fsync`) runs on tokio's blocking
+//! pool. Each **operation family** (a key `K`) draws from a **share**: a [`Limit`] with a fixed
+//! number of slots, so one family stuck behind a slow disk parks at most its own share of the
+//! pool's threads. Families that serialize on the same lock are **aliased** to one share key and
+//! draw from one budget; refusals, logs, statistics and metrics still name the caller's own key.
+//!
+//! The registry maps a caller key to a **route**: the share key, the share's `Arc<Limit>`, a
+//! refusal counter. It is two tables. The keys given to the builder live in a table that is
+//! **fixed at build time** and never written again, so looking one up is a plain hash lookup:
+//! no lock, not even an atomic. Keys registered at run time live in a second table
+//! **published** through arc-swap. A call:
+//!
+//! 1. looks its key up in the fixed table, and only if it is not there in the published one
+//!    (one lock-free load); R2 takes a global `Mutex<BTreeMap>` here on every call;
+//! 2. tries the share's limiter without waiting, one CAS (the common case ends here: no clock
+//!    read, no timer);
+//! 3. only if the share is full, waits asynchronously (holding no thread) in
+//!    `tokio::time::timeout(max_wait, limit.acquire_owned())`; if the wait elapses the call is
+//!    **refused**: a per-key counter goes up and a warning names the key, its share and the wait
+//!    bound, never the request;
+//! 4. moves the [`OwnedPermit`] **into** the closure it hands to
+//!    [`tokio::task::spawn_blocking`], enters the caller's span **inside** that closure, and
+//!    releases the permit when the closure ends: by returning or by unwinding. A release is one
+//!    `fetch_add` and, with nobody waiting, no lock (R2's tokio `Semaphore` locks its waiter
+//!    queue on every permit drop).
+//!
+//! Registering a key at run time takes a writer mutex, copies the published table, adds the
+//! route and publishes the copy. Lookups never take that mutex: they see the old table or the
+//! new one, whole. Existing routes are shared between the copies (`Arc`), so a key keeps its one
+//! limiter whichever table a caller read. A run-time alias may name a share of either table.
+//!
+//! Both tables hash keys with [`KeyHasher`], a multiply-rotate hash (FxHash's family) rather
+//! than std's SipHash, which cost more than the rest of a lookup. It is not resistant to chosen
+//! collisions; that is sound here because only the service's own configuration inserts keys. A
+//! request can only *look up* a key, and a lookup of an unknown key is refused without
+//! inserting anything.
+//!
+//! # The failure model
+//!
+//! Every [`KeyedError`] carries the caller's key and a [`Reach`] that says whether a retry is
+//! safe:
+//!
+//! * **Refused** ([`KeyedError::Refused`], also [`KeyedError::Closed`] and
+//!   [`KeyedError::Unregistered`]): the closure **never ran** and never will. Nothing can have
+//!   been applied, so a retry cannot duplicate a durable effect: [`Reach::NotSent`].
+//! * **Lost outcome** ([`KeyedError::Panicked`], [`KeyedError::Lost`]): the closure was handed
+//!   to the blocking pool and its result did not come back. A **mutation** may have committed
+//!   before the panic, so it reports [`Reach::MaybeApplied`] and a retry may duplicate it. A
+//!   **read** has no durable effect, so it reports [`Reach::NotSent`]: retrying is safe.
+//!
+//! The slot is freed in every case: the permit lives inside the closure, so it is released when
+//! the closure returns or unwinds, and never earlier. A caller that stops waiting (its future is
+//! dropped mid-run) therefore keeps its slot taken until the work ends, and a second call in the
+//! same share cannot overlap durable work that is still running.
+//!
+//! # Fitting the blocking pool
+//!
+//! The sum of all shares (each distinct share counted once, however many keys alias it) plus
+//! the threads reserved for other blocking work must not exceed the blocking pool's thread
+//! limit, or the families could together park every thread. [`KeyedBuilder::build`] and the
+//! run-time registrations check it and return [`KeyedConfigError::DoesNotFit`]. This module
+//! cannot read the runtime's limit: pass the value given to
+//! `tokio::runtime::Builder::max_blocking_threads` (tokio's default is
+//! [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`]).
+//!
+//! # Statistics and metrics
+//!
+//! [`Keyed::stats`] reports, per caller key, its share, the share's slots in use and capacity,
+//! the calls waiting, and the key's refusals. With the `metrics` feature each caller key also
+//! exports a gauge `slotpool_keyed_in_use` (its calls holding a slot now) and a counter
+//! `slotpool_keyed_refusals_total`, both labelled `key` and `share`; the handles are
+//! registered once per key, with whatever recorder is installed when the key is registered.
+//!
+//! [`Keyed::admit`] is the admission alone, for callers that run their work elsewhere; it is
+//! also what the benchmarks measure against R2's admission.
+//!
+//! This module owns the key tables and the per-key counters; the permit protocol is
+//! [`crate::limit`]'s, and the wait queue is [`crate::gate`]'s.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use slotpool::keyed::Keyed;
+//!
+//! let keyed = Keyed::builder()
+//!     .default_share(8)
+//!     .family("journal")
+//!     .share("replay", 4)
+//!     .alias("ledger", "journal") // serializes on the journal's lock: same budget
+//!     .max_blocking_threads(128)
+//!     .reserved_threads(16)
+//!     .build()?;
+//!
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+//! rt.block_on(async {
+//!     let span = tracing::info_span!("commit", family = "ledger");
+//!     let result = keyed
+//!         .mutate(&"ledger", Duration::from_millis(50), span, || {
+//!             // blocking work: take the journal's mutex, write, fsync ...
+//!             42
+//!         })
+//!         .await;
+//!     match result {
+//!         Ok(value) => assert_eq!(value, 42),
+//!         Err(error) if error.reach().retry_is_safe() => { /* not run: safe to retry */ }
+//!         Err(_maybe_applied) => { /* may have committed: reconcile before retrying */ }
+//!     }
+//! });
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::time::Duration;
+
+use crate::error::{ConfigError, Reach};
+use crate::limit::{Limit, OwnedPermit};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Published};
+
+/// The share a family gets unless overridden (R2's `MAX_FAMILY_BLOCKING_SLOTS`).
+///
+/// Arithmetic it takes part in: `sum(shares) + reserved_threads <= max_blocking_threads`.
+/// With R2's nine shares (eight at 8, the replay share at 4) the sum is `8 * 8 + 4 = 68`,
+/// which fits R2's bound of 128 threads; the census test in `tests/keyed.rs` checks it.
+pub const DEFAULT_SHARE: usize = 8;
+
+/// tokio's default for `runtime::Builder::max_blocking_threads`, and the default bound here.
+pub const TOKIO_DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
+
+/// What a key type must provide: compared and hashed on every call, cloned only into errors,
+/// statistics and registrations, printed (`Debug`) in logs and errors.
+pub trait Key: Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static {}
+
+impl<T: Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static> Key for T {}
+
+/// Why a keyed call did not return the closure's value. Every variant names the **caller's**
+/// key (not the share it is aliased to) and says, through [`Reach`], whether a retry is safe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyedError<K: fmt::Debug> {
+    /// No slot of the key's share freed within the wait bound. The closure never ran.
+    #[error("{key:?}: refused, no blocking slot freed within {waited:?} (not run; {reach})")]
+    Refused {
+        /// The caller's key.
+        key: K,
+        /// The wait bound the call was given.
+        waited: Duration,
+        /// Always [`Reach::NotSent`].
+        reach: Reach,
+    },
+    /// The registry was closed ([`Keyed::close`]) before a slot was found. The closure never
+    /// ran.
+    #[error("{key:?}: keyed admission closed (not run; {reach})")]
+    Closed {
+        /// The caller's key.
+        key: K,
+        /// Always [`Reach::NotSent`].
+        reach: Reach,
+    },
+    /// The key is neither a share nor an alias. The closure never ran.
+    #[error("{key:?}: key not registered (not run; {reach})")]
+    Unregistered {
+        /// The caller's key.
+        key: K,
+        /// Always [`Reach::NotSent`].
+        reach: Reach,
+    },
+    /// The closure panicked. Its slot was released during the unwind.
+    #[error("{key:?}: blocking work panicked ({reach})")]
+    Panicked {
+        /// The caller's key.
+        key: K,
+        /// [`Reach::MaybeApplied`] for a mutation, [`Reach::NotSent`] for a read.
+        reach: Reach,
+    },
+    /// The blocking task's outcome was lost (the runtime cancelled it, e.g. while shutting
+    /// down). Whether it ran is unknown, so a mutation is treated as possibly applied.
+    #[error("{key:?}: outcome of blocking work lost ({reach})")]
+    Lost {
+        /// The caller's key.
+        key: K,
+        /// [`Reach::MaybeApplied`] for a mutation, [`Reach::NotSent`] for a read.
+        reach: Reach,
+    },
+}
+
+impl<K: fmt::Debug> KeyedError<K> {
+    /// Whether the work can have had an effect, which decides whether a retry is safe.
+    pub fn reach(&self) -> Reach {
+        match self {
+            KeyedError::Refused { reach, .. }
+            | KeyedError::Closed { reach, .. }
+            | KeyedError::Unregistered { reach, .. }
+            | KeyedError::Panicked { reach, .. }
+            | KeyedError::Lost { reach, .. } => *reach,
+        }
+    }
+
+    /// The caller's key (never the share key it is aliased to).
+    pub fn key(&self) -> &K {
+        match self {
+            KeyedError::Refused { key, .. }
+            | KeyedError::Closed { key, .. }
+            | KeyedError::Unregistered { key, .. }
+            | KeyedError::Panicked { key, .. }
+            | KeyedError::Lost { key, .. } => key,
+        }
+    }
+}
+
+/// A keyed configuration that cannot work. Returned by [`KeyedBuilder::build`],
+/// [`Keyed::register`] and [`Keyed::register_alias`], never a panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyedConfigError<K: fmt::Debug> {
+    /// A global setting is invalid (zero default share, zero thread limit).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// One key's share is invalid (zero, or above [`crate::limit::MAX_PERMITS`]).
+    #[error("share of {key:?}: {error}")]
+    InvalidShare {
+        /// The share key.
+        key: K,
+        /// What is wrong with its size.
+        error: ConfigError,
+    },
+    /// The shares together with the reserved threads exceed the blocking pool.
+    #[error(
+        "shares total {shares} plus {reserved} reserved threads exceed the blocking pool's \
+         {max_blocking_threads} threads"
+    )]
+    DoesNotFit {
+        /// Sum of all distinct shares, saturating.
+        shares: usize,
+        /// Threads reserved for other blocking work.
+        reserved: usize,
+        /// The blocking pool's thread limit.
+        max_blocking_threads: usize,
+    },
+    /// An alias names a share key that is not registered as a share.
+    #[error("alias {alias:?} names {share:?}, which is not a registered share")]
+    UnknownShare {
+        /// The aliased caller key.
+        alias: K,
+        /// The share key it names.
+        share: K,
+    },
+    /// The key is registered already (as a share or an alias).
+    #[error("{key:?} is registered already")]
+    Duplicate {
+        /// The key given twice.
+        key: K,
+    },
+}
+
+/// A point-in-time view of one caller key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStats<K> {
+    /// The caller's key.
+    pub key: K,
+    /// The share key it draws from (equal to `key` for a share key).
+    pub share: K,
+    /// Slots of the share in use now, by this key and every key aliased to the same share.
+    pub in_use: usize,
+    /// The share's number of slots.
+    pub capacity: usize,
+    /// Calls waiting for a slot of the share now.
+    pub waiting: usize,
+    /// Calls with this caller key refused so far.
+    pub refusals: u64,
+}
+
+/// Whether a call's closure can have a durable effect; decides the [`Reach`] of a lost outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Mutation,
+    Read,
+}
+
+impl Effect {
+    fn lost_reach(self) -> Reach {
+        match self {
+            Effect::Mutation => Reach::MaybeApplied,
+            Effect::Read => Reach::NotSent,
+        }
+    }
+}
+
+/// One caller key's route to its share.
+struct Route<K> {
+    /// The share key this caller key draws from.
+    share: K,
+    /// The share's limiter. INVARIANT: every route whose `share` is equal holds the same
+    /// `Arc` (aliases are resolved to the share's own route at registration), so aliased keys
+    /// draw from one budget.
+    limit: Arc<Limit>,
+    /// Refusals of this caller key. Written only on the refusal path.
+    refusals: AtomicU64,
+    #[cfg(feature = "metrics")]
+    metrics: metrics_export::RouteMetrics,
+}
+
+/// One table of routes: the fixed one (never written after build) or the published one
+/// (immutable once published; writers publish a modified copy).
+struct Table<K> {
+    /// Caller key → route. INVARIANT: a key that is a share maps to a route whose `share`
+    /// is the key itself; an alias maps to a route sharing that share route's `limit`. No key
+    /// is in both the fixed and the published table.
+    routes: HashMap<K, Arc<Route<K>>, KeyHash>,
+    /// Caller keys in registration order (shares of the builder first), for stable stats.
+    order: Vec<K>,
+    /// Distinct share keys with their capacities, in registration order.
+    /// INVARIANT: the sum over both tables `+ reserved <= max_blocking_threads`.
+    shares: Vec<(K, usize)>,
+}
+
+/// Builds [`KeyHasher`]s for the route tables.
+type KeyHash = BuildHasherDefault<KeyHasher>;
+
+/// The route tables' hasher: each word is added to the state, which is then multiplied by an
+/// odd constant (FxHash's family, as in `rustc-hash`); `finish` rotates so the well-mixed high
+/// bits reach the low bits the table indexes with. Fast, and deliberately not keyed: see the
+/// [module documentation](self) for why chosen collisions cannot hurt here.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KeyHasher {
+    hash: u64,
+}
+
+impl KeyHasher {
+    /// An odd constant with well-spread bits (`rustc-hash`'s).
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = self.hash.wrapping_add(word).wrapping_mul(Self::K);
+    }
+}
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        let len = rest.len();
+        // The tail (1 to 7 bytes) in one word without a variable-length copy: two overlapping
+        // 4-byte reads, or first / middle / last byte (as `rustc-hash` does).
+        let word = match rest {
+            [] => return,
+            [a, b, c, d, ..] => {
+                let [w, x, y, z] = [rest[len - 4], rest[len - 3], rest[len - 2], rest[len - 1]];
+                u64::from(u32::from_le_bytes([*a, *b, *c, *d]))
+                    | (u64::from(u32::from_le_bytes([w, x, y, z])) << 32)
+            }
+            _ => {
+                u64::from(rest[0])
+                    | (u64::from(rest[len / 2]) << 8)
+                    | (u64::from(rest[len - 1]) << 16)
+            }
+        };
+        // The length goes in the top byte, so tails that read alike (overlaps) still differ.
+        self.add(word ^ ((len as u64) << 56));
+    }
+
+    #[inline]
+    fn write_u8(&mut self, value: u8) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_u16(&mut self, value: u16) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, value: u32) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, value: u64) {
+        self.add(value);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash.rotate_left(26)
+    }
+}
+
+impl<K: Key> Table<K> {
+    fn empty() -> Self {
+        Self {
+            routes: HashMap::default(),
+            order: Vec::new(),
+            shares: Vec::new(),
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.shares
+            .iter()
+            .fold(0usize, |sum, (_, capacity)| sum.saturating_add(*capacity))
+    }
+
+    /// A route of this table or, failing that, of `base` (the fixed table, for additions to
+    /// the published one).
+    fn find<'t>(&'t self, base: Option<&'t Table<K>>, key: &K) -> Option<&'t Arc<Route<K>>> {
+        self.routes
+            .get(key)
+            .or_else(|| base.and_then(|base| base.routes.get(key)))
+    }
+
+    /// Adds a share key with its own limiter. Checks duplicates (here and in `base`) and the
+    /// share's size only; the caller checks the fit once all additions are made.
+    fn add_share(
+        &mut self,
+        base: Option<&Table<K>>,
+        key: K,
+        capacity: usize,
+    ) -> Result<(), KeyedConfigError<K>> {
+        if self.find(base, &key).is_some() {
+            return Err(KeyedConfigError::Duplicate { key });
+        }
+        let limit = match Limit::new(capacity) {
+            Ok(limit) => Arc::new(limit),
+            Err(error) => return Err(KeyedConfigError::InvalidShare { key, error }),
+        };
+        let route = Route::new(&key, key.clone(), limit);
+        self.routes.insert(key.clone(), Arc::new(route));
+        self.order.push(key.clone());
+        self.shares.push((key, capacity));
+        Ok(())
+    }
+
+    /// Adds `alias`, drawing from the share registered as `share` (here or in `base`).
+    fn add_alias(
+        &mut self,
+        base: Option<&Table<K>>,
+        alias: K,
+        share: K,
+    ) -> Result<(), KeyedConfigError<K>> {
+        if self.find(base, &alias).is_some() {
+            return Err(KeyedConfigError::Duplicate { key: alias });
+        }
+        let limit = match self.find(base, &share) {
+            Some(target) if target.share == share => Arc::clone(&target.limit),
+            _ => return Err(KeyedConfigError::UnknownShare { alias, share }),
+        };
+        let route = Route::new(&alias, share, limit);
+        self.routes.insert(alias.clone(), Arc::new(route));
+        self.order.push(alias);
+        Ok(())
+    }
+}
+
+impl<K: Key> Route<K> {
+    fn new(key: &K, share: K, limit: Arc<Limit>) -> Self {
+        #[cfg(feature = "metrics")]
+        let metrics = metrics_export::RouteMetrics::new(key, &share);
+        #[cfg(not(feature = "metrics"))]
+        let _ = key;
+        Self {
+            share,
+            limit,
+            refusals: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            metrics,
+        }
+    }
+
+    fn stats(&self, key: &K) -> KeyStats<K> {
+        KeyStats {
+            key: key.clone(),
+            share: self.share.clone(),
+            in_use: self.limit.in_use(),
+            capacity: self.limit.capacity(),
+            waiting: self.limit.waiting(),
+            refusals: self.refusals.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The outcome of the lock-free first attempt, decided while the table is borrowed.
+enum First<K> {
+    Admitted(Admission),
+    /// The share is full: wait on this route's limiter.
+    Wait(Arc<Route<K>>),
+    Closed,
+    Unregistered,
+}
+
+/// A registry of per-key shares of tokio's blocking pool. Build one with [`Keyed::builder`].
+///
+/// See the [module documentation](self) for the algorithm and the failure model.
+pub struct Keyed<K: Key> {
+    /// The builder's keys. INVARIANT: never written after build, so readers need no
+    /// synchronisation at all.
+    fixed: Table<K>,
+    /// Keys registered at run time. Lock-free for readers; replaced whole by writers.
+    added: Published<Table<K>>,
+    /// Serializes writers (run-time registration, close). INVARIANT: `added` is stored only
+    /// while this is held; the flag is `true` once [`Keyed::close`] ran, and every limiter in
+    /// both tables is closed from then on.
+    writer: Mutex<bool>,
+    /// Share of keys registered without an explicit size. INVARIANT: at least 1.
+    default_share: usize,
+    /// The blocking pool's thread limit the shares must fit. INVARIANT: at least 1.
+    max_blocking_threads: usize,
+    /// Threads kept free for other blocking work.
+    reserved_threads: usize,
+}
+
+impl<K: Key> Keyed<K> {
+    /// Starts a configuration: default share [`DEFAULT_SHARE`], thread limit
+    /// [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`], no reserved threads, no keys.
+    pub fn builder() -> KeyedBuilder<K> {
+        KeyedBuilder {
+            default_share: DEFAULT_SHARE,
+            max_blocking_threads: TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
+            reserved_threads: 0,
+            shares: Vec::new(),
+            aliases: Vec::new(),
+        }
+    }
+
+    /// Runs a **mutation** on the blocking pool within `key`'s share.
+    ///
+    /// Waits asynchronously, holding no thread, at most `max_wait` for a slot (pass the tighter
+    /// of the transport deadline and the call's own budget); then runs `work` on
+    /// [`tokio::task::spawn_blocking`] with the slot's permit moved into the closure and `span`
+    /// entered inside it, on the blocking thread. A refusal is logged (key, share, wait bound)
+    /// without entering `span`, so the request's fields stay out of the log.
+    ///
+    /// # Errors
+    /// [`KeyedError::Refused`], [`KeyedError::Closed`], [`KeyedError::Unregistered`]: not run,
+    /// [`Reach::NotSent`]. [`KeyedError::Panicked`], [`KeyedError::Lost`]: the work may have
+    /// applied, [`Reach::MaybeApplied`]. The slot is freed in every case.
+    ///
+    /// # Cancel safety
+    /// Dropping the future while it waits for a slot takes no slot and runs nothing. Dropping it
+    /// after the slot was granted does not stop the closure: it runs to its end and holds its
+    /// slot until then; only its outcome is lost to this caller.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, or, when the share is full, in a runtime built without the
+    /// time driver (`enable_time`), as [`tokio::time::timeout`] does.
+    ///
+    /// # Example
+    /// ```
+    /// # use std::time::Duration;
+    /// # use slotpool::keyed::Keyed;
+    /// let keyed = Keyed::builder().family("journal").build()?;
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    /// # rt.block_on(async {
+    /// let span = tracing::info_span!("append");
+    /// let written = keyed
+    ///     .mutate(&"journal", Duration::from_millis(20), span, || 3 /* bytes */)
+    ///     .await?;
+    /// assert_eq!(written, 3);
+    /// # Ok::<(), slotpool::keyed::KeyedError<&str>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn mutate<F, T>(
+        &self,
+        key: &K,
+        max_wait: Duration,
+        span: tracing::Span,
+        work: F,
+    ) -> Result<T, KeyedError<K>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(key, max_wait, span, work, Effect::Mutation).await
+    }
+
+    /// Runs a **read** on the blocking pool within `key`'s share. Identical to
+    /// [`Keyed::mutate`] except that a lost outcome (panic, lost join) reports
+    /// [`Reach::NotSent`]: a read has no durable effect, so a retry is safe.
+    ///
+    /// # Errors
+    /// As [`Keyed::mutate`], every variant with [`Reach::NotSent`].
+    ///
+    /// # Cancel safety
+    /// As [`Keyed::mutate`].
+    ///
+    /// # Panics
+    /// As [`Keyed::mutate`].
+    ///
+    /// # Example
+    /// ```
+    /// # use std::time::Duration;
+    /// # use slotpool::keyed::Keyed;
+    /// let keyed = Keyed::builder().share("index", 2).build()?;
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    /// # rt.block_on(async {
+    /// let found = keyed
+    ///     .read(&"index", Duration::from_millis(20), tracing::Span::none(), || Some(7))
+    ///     .await?;
+    /// assert_eq!(found, Some(7));
+    /// # Ok::<(), slotpool::keyed::KeyedError<&str>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn read<F, T>(
+        &self,
+        key: &K,
+        max_wait: Duration,
+        span: tracing::Span,
+        work: F,
+    ) -> Result<T, KeyedError<K>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(key, max_wait, span, work, Effect::Read).await
+    }
+
+    async fn run<F, T>(
+        &self,
+        key: &K,
+        max_wait: Duration,
+        span: tracing::Span,
+        work: F,
+        effect: Effect,
+    ) -> Result<T, KeyedError<K>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        // Await 1 (cancel-safe): a drop here takes no slot and runs nothing.
+        let admission = self.admit(key, max_wait).await?;
+        let handle = tokio::task::spawn_blocking(move || {
+            // The span is entered on the blocking thread, so the work's events nest under it.
+            let _entered = span.enter();
+            // Held until `work` returns or unwinds, whatever the caller does meanwhile.
+            let _admission = admission;
+            work()
+        });
+        // Await 2: a drop here detaches the closure; it keeps its slot until it ends.
+        match handle.await {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                let key = key.clone();
+                let reach = effect.lost_reach();
+                if error.is_panic() {
+                    tracing::error!(key = ?key, ?reach, "keyed blocking work panicked");
+                    Err(KeyedError::Panicked { key, reach })
+                } else {
+                    tracing::error!(key = ?key, ?reach, "keyed blocking work lost");
+                    Err(KeyedError::Lost { key, reach })
+                }
+            }
+        }
+    }
+
+    /// Waits at most `max_wait` for a slot of `key`'s share and returns it, without running
+    /// anything: for callers that run their work elsewhere (their own thread, a test). The slot
+    /// is released when the [`Admission`] drops; move it into the work so it is held exactly as
+    /// long as the work runs.
+    ///
+    /// The common case (a slot is free) is one lock-free lookup and one CAS; no clock is read.
+    ///
+    /// # Errors
+    /// [`KeyedError::Refused`] (no slot within `max_wait`; counted and logged),
+    /// [`KeyedError::Closed`], [`KeyedError::Unregistered`]; all [`Reach::NotSent`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it resolves takes no slot, and a wake-up it had received
+    /// passes to the next waiter of the share.
+    ///
+    /// # Panics
+    /// When the share is full and the current runtime has no time driver, as
+    /// [`tokio::time::timeout`] does.
+    pub async fn admit(&self, key: &K, max_wait: Duration) -> Result<Admission, KeyedError<K>> {
+        let first = self.with_route(key, |route| match route {
+            None => First::Unregistered,
+            Some(route) => match route.limit.try_acquire_owned() {
+                Ok(permit) => First::Admitted(Admission::new(permit, route)),
+                // The limiter reports why it had no permit; only a close ends the call here.
+                Err(_) if route.limit.is_closed() => First::Closed,
+                Err(_) => First::Wait(Arc::clone(route)),
+            },
+        });
+        match first {
+            First::Admitted(admission) => Ok(admission),
+            // Boxed: the wait (and its timer) is the rare path, and keeping it out of line
+            // keeps this future, and every future that awaits it, small to move.
+            First::Wait(route) => Box::pin(self.wait_for_slot(key, route, max_wait)).await,
+            First::Closed => Err(self.closed(key)),
+            First::Unregistered => Err(KeyedError::Unregistered {
+                key: key.clone(),
+                reach: Reach::NotSent,
+            }),
+        }
+    }
+
+    /// The slow path of [`Keyed::admit`]: the share was full on the first attempt.
+    ///
+    /// Cancel-safe: dropping it drops the `AcquireOwned` future inside the timeout, which
+    /// leaves the share's queue and passes on a wake-up it had received.
+    async fn wait_for_slot(
+        &self,
+        key: &K,
+        route: Arc<Route<K>>,
+        max_wait: Duration,
+    ) -> Result<Admission, KeyedError<K>> {
+        let wait = Arc::clone(&route.limit).acquire_owned();
+        match tokio::time::timeout(max_wait, wait).await {
+            Ok(Ok(permit)) => Ok(Admission::new(permit, &route)),
+            Ok(Err(_closed)) => Err(self.closed(key)),
+            Err(_elapsed) => Err(self.refuse(key, &route, max_wait)),
+        }
+    }
+
+    /// Runs `f` on `key`'s route: from the fixed table with no synchronisation, else from the
+    /// published table with one lock-free load.
+    #[inline]
+    fn with_route<R>(&self, key: &K, f: impl FnOnce(Option<&Arc<Route<K>>>) -> R) -> R {
+        match self.fixed.routes.get(key) {
+            Some(route) => f(Some(route)),
+            None => self.added.with(|added| f(added.routes.get(key))),
+        }
+    }
+
+    /// The refusal path: count, log the key and the bound (never the request), build the error.
+    #[cold]
+    fn refuse(&self, key: &K, route: &Route<K>, max_wait: Duration) -> KeyedError<K> {
+        route.refusals.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        route.metrics.refusals.increment(1);
+        tracing::warn!(
+            key = ?key,
+            share = ?route.share,
+            max_wait = ?max_wait,
+            "keyed admission refused: no blocking slot freed within the wait bound (not run, safe to retry)"
+        );
+        KeyedError::Refused {
+            key: key.clone(),
+            waited: max_wait,
+            reach: Reach::NotSent,
+        }
+    }
+
+    #[cold]
+    fn closed(&self, key: &K) -> KeyedError<K> {
+        KeyedError::Closed {
+            key: key.clone(),
+            reach: Reach::NotSent,
+        }
+    }
+
+    /// Registers a new share key with `share` slots at run time. Safe under concurrent calls:
+    /// they see the registry before or after, never a mix.
+    ///
+    /// # Errors
+    /// [`KeyedConfigError::Duplicate`], [`KeyedConfigError::InvalidShare`],
+    /// [`KeyedConfigError::DoesNotFit`] (the registry is unchanged).
+    pub fn register(&self, key: K, share: usize) -> Result<(), KeyedConfigError<K>> {
+        let new_key = key.clone();
+        self.publish(&new_key, share, |table, fixed| {
+            table.add_share(Some(fixed), key, share)
+        })
+    }
+
+    /// Registers a new share key with the default share at run time; see [`Keyed::register`].
+    ///
+    /// # Errors
+    /// As [`Keyed::register`].
+    pub fn register_default(&self, key: K) -> Result<(), KeyedConfigError<K>> {
+        self.register(key, self.default_share)
+    }
+
+    /// Registers `alias` at run time, drawing from the registered share `share`.
+    ///
+    /// # Errors
+    /// [`KeyedConfigError::Duplicate`], [`KeyedConfigError::UnknownShare`] (the registry is
+    /// unchanged).
+    pub fn register_alias(&self, alias: K, share: K) -> Result<(), KeyedConfigError<K>> {
+        let new_key = alias.clone();
+        self.publish(&new_key, 0, |table, fixed| {
+            table.add_alias(Some(fixed), alias, share)
+        })
+    }
+
+    /// Copy-on-write publication under the writer mutex: readers never wait for it. The change
+    /// adds `new_key` and `slots` to the sum of shares; both are checked before anything (a
+    /// limiter, metric handles) is created, so a refused registration leaves no trace.
+    fn publish(
+        &self,
+        new_key: &K,
+        slots: usize,
+        change: impl FnOnce(&mut Table<K>, &Table<K>) -> Result<(), KeyedConfigError<K>>,
+    ) -> Result<(), KeyedConfigError<K>> {
+        let closed = self.writer.lock();
+        let current = self.added.load_full();
+        if current.find(Some(&self.fixed), new_key).is_some() {
+            return Err(KeyedConfigError::Duplicate {
+                key: new_key.clone(),
+            });
+        }
+        check_fit(
+            self.fixed
+                .total()
+                .saturating_add(current.total())
+                .saturating_add(slots),
+            self.reserved_threads,
+            self.max_blocking_threads,
+        )?;
+        let mut next = Table {
+            routes: current.routes.clone(),
+            order: current.order.clone(),
+            shares: current.shares.clone(),
+        };
+        change(&mut next, &self.fixed)?;
+        if *closed {
+            for route in next.routes.values() {
+                route.limit.close();
+            }
+        }
+        self.added.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Closes every share: waiting calls and later calls get [`KeyedError::Closed`]; work
+    /// already running finishes and frees its slot as usual. Idempotent.
+    pub fn close(&self) {
+        let mut closed = self.writer.lock();
+        *closed = true;
+        for route in self.fixed.routes.values() {
+            route.limit.close();
+        }
+        self.added.with(|added| {
+            for route in added.routes.values() {
+                route.limit.close();
+            }
+        });
+    }
+
+    /// A snapshot of `key`'s statistics, or `None` for an unregistered key.
+    pub fn stats_for(&self, key: &K) -> Option<KeyStats<K>> {
+        self.with_route(key, |route| route.map(|route| route.stats(key)))
+    }
+
+    /// A snapshot of every registered key's statistics, in registration order.
+    pub fn stats(&self) -> Vec<KeyStats<K>> {
+        self.added.with(|added| {
+            [&self.fixed, added]
+                .into_iter()
+                .flat_map(|table| {
+                    table
+                        .order
+                        .iter()
+                        .filter_map(|key| table.routes.get(key).map(|route| route.stats(key)))
+                })
+                .collect()
+        })
+    }
+
+    /// The census: each distinct share key (after aliasing) with its number of slots, in
+    /// registration order.
+    pub fn shares(&self) -> Vec<(K, usize)> {
+        self.added.with(|added| {
+            let mut shares = self.fixed.shares.clone();
+            shares.extend(added.shares.iter().cloned());
+            shares
+        })
+    }
+
+    /// The sum of all distinct shares. INVARIANT (checked at every registration):
+    /// `total_shares() + reserved_threads() <= max_blocking_threads()`.
+    pub fn total_shares(&self) -> usize {
+        self.fixed
+            .total()
+            .saturating_add(self.added.with(Table::total))
+    }
+
+    /// The share key `key` draws from (itself for a share key), or `None` if unregistered.
+    pub fn share_of(&self, key: &K) -> Option<K> {
+        self.with_route(key, |route| route.map(|route| route.share.clone()))
+    }
+
+    /// The share given to keys registered without an explicit size.
+    pub fn default_share(&self) -> usize {
+        self.default_share
+    }
+
+    /// The blocking pool's thread limit the shares must fit.
+    pub fn max_blocking_threads(&self) -> usize {
+        self.max_blocking_threads
+    }
+
+    /// Threads kept free for other blocking work.
+    pub fn reserved_threads(&self) -> usize {
+        self.reserved_threads
+    }
+}
+
+impl<K: Key> fmt::Debug for Keyed<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.added.with(|added| {
+            f.debug_struct("Keyed")
+                .field("shares", &self.fixed.shares)
+                .field("keys", &self.fixed.order)
+                .field("added_shares", &added.shares)
+                .field("added_keys", &added.order)
+                .field("max_blocking_threads", &self.max_blocking_threads)
+                .field("reserved_threads", &self.reserved_threads)
+                .finish()
+        })
+    }
+}
+
+/// `shares + reserved <= max_blocking_threads`, overflow counting as not fitting.
+fn check_fit<K: fmt::Debug>(
+    shares: usize,
+    reserved: usize,
+    max_blocking_threads: usize,
+) -> Result<(), KeyedConfigError<K>> {
+    match shares.checked_add(reserved) {
+        Some(needed) if needed <= max_blocking_threads => Ok(()),
+        _ => Err(KeyedConfigError::DoesNotFit {
+            shares,
+            reserved,
+            max_blocking_threads,
+        }),
+    }
+}
+
+/// A granted slot of a key's share. Releases it on drop (also during a panic's unwind).
+///
+/// `Send + 'static`: move it into the work so the slot is held exactly as long as the work
+/// runs, not as long as the caller waits.
+#[must_use = "dropping the admission releases the slot at once"]
+pub struct Admission {
+    /// The share's permit; released when this drops.
+    permit: OwnedPermit,
+    /// The caller key's in-use gauge, incremented on admission, decremented on drop.
+    #[cfg(feature = "metrics")]
+    in_use: metrics::Gauge,
+}
+
+impl Admission {
+    #[inline]
+    fn new<K>(permit: OwnedPermit, route: &Route<K>) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            route.metrics.in_use.increment(1.0);
+            Self {
+                permit,
+                in_use: route.metrics.in_use.clone(),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = route;
+            Self { permit }
+        }
+    }
+
+    /// The share's limiter this slot belongs to.
+    pub fn limit(&self) -> &Arc<Limit> {
+        self.permit.limit()
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.in_use.decrement(1.0);
+    }
+}
+
+impl fmt::Debug for Admission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("permit", &self.permit)
+            .finish()
+    }
+}
+
+/// Builder of a [`Keyed`] registry; see [`Keyed::builder`].
+#[derive(Debug, Clone)]
+pub struct KeyedBuilder<K> {
+    default_share: usize,
+    max_blocking_threads: usize,
+    reserved_threads: usize,
+    /// Share keys with an explicit size, or `None` for the default share.
+    shares: Vec<(K, Option<usize>)>,
+    /// (caller key, share key).
+    aliases: Vec<(K, K)>,
+}
+
+impl<K: Key> KeyedBuilder<K> {
+    /// The share of keys registered without a size (default [`DEFAULT_SHARE`]).
+    pub fn default_share(mut self, slots: usize) -> Self {
+        self.default_share = slots;
+        self
+    }
+
+    /// Registers `key` as a share with the default size.
+    pub fn family(mut self, key: K) -> Self {
+        self.shares.push((key, None));
+        self
+    }
+
+    /// Registers `key` as a share with `slots` slots (a per-key override).
+    pub fn share(mut self, key: K, slots: usize) -> Self {
+        self.shares.push((key, Some(slots)));
+        self
+    }
+
+    /// Makes `alias` draw from the share registered as `share`. Refusals, logs, statistics and
+    /// metrics of calls made with `alias` still name `alias`.
+    pub fn alias(mut self, alias: K, share: K) -> Self {
+        self.aliases.push((alias, share));
+        self
+    }
+
+    /// The blocking pool's thread limit the shares must fit (default
+    /// [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`]); pass what the runtime was built with.
+    pub fn max_blocking_threads(mut self, threads: usize) -> Self {
+        self.max_blocking_threads = threads;
+        self
+    }
+
+    /// Threads kept free for other blocking work (`tokio::fs`, DNS, ...); default 0.
+    pub fn reserved_threads(mut self, threads: usize) -> Self {
+        self.reserved_threads = threads;
+        self
+    }
+
+    /// Validates the configuration and builds the registry.
+    ///
+    /// # Errors
+    /// [`KeyedConfigError::Config`] for a zero default share or thread limit;
+    /// [`KeyedConfigError::InvalidShare`], [`KeyedConfigError::Duplicate`],
+    /// [`KeyedConfigError::UnknownShare`] for a bad key; [`KeyedConfigError::DoesNotFit`] when
+    /// the shares plus the reserved threads exceed the thread limit.
+    pub fn build(self) -> Result<Keyed<K>, KeyedConfigError<K>> {
+        if self.default_share == 0 {
+            return Err(ConfigError::Zero("default_share").into());
+        }
+        if self.max_blocking_threads == 0 {
+            return Err(ConfigError::Zero("max_blocking_threads").into());
+        }
+        let mut table = Table::empty();
+        for (key, slots) in self.shares {
+            table.add_share(None, key, slots.unwrap_or(self.default_share))?;
+        }
+        for (alias, share) in self.aliases {
+            table.add_alias(None, alias, share)?;
+        }
+        check_fit(
+            table.total(),
+            self.reserved_threads,
+            self.max_blocking_threads,
+        )?;
+        Ok(Keyed {
+            fixed: table,
+            added: Published::new(Table::empty()),
+            writer: Mutex::new(false),
+            default_share: self.default_share,
+            max_blocking_threads: self.max_blocking_threads,
+            reserved_threads: self.reserved_threads,
+        })
+    }
+}
+
+/// Export through the `metrics` facade: per caller key, a gauge of its calls holding a slot
+/// now and a counter of its refusals, both labelled with the key and its share.
+#[cfg(feature = "metrics")]
+mod metrics_export {
+    use super::Key;
+
+    /// Name of the per-key gauge of slots in use by that key's running calls.
+    pub(super) const IN_USE: &str = "slotpool_keyed_in_use";
+    /// Name of the per-key counter of refusals.
+    pub(super) const REFUSALS: &str = "slotpool_keyed_refusals_total";
+
+    /// The handles of one caller key, registered once when the key is.
+    pub(super) struct RouteMetrics {
+        pub(super) in_use: metrics::Gauge,
+        pub(super) refusals: metrics::Counter,
+    }
+
+    impl RouteMetrics {
+        pub(super) fn new<K: Key>(key: &K, share: &K) -> Self {
+            let key = label(key);
+            let share = label(share);
+            Self {
+                in_use: metrics::gauge!(IN_USE, "key" => key.clone(), "share" => share.clone()),
+                refusals: metrics::counter!(REFUSALS, "key" => key, "share" => share),
+            }
+        }
+    }
+
+    /// A key's label value: its `Debug` form, without the quotes of a string key.
+    fn label<K: Key>(key: &K) -> String {
+        let text = format!("{key:?}");
+        match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+            Some(inner) => inner.to_string(),
+            None => text,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::hash::BuildHasher;
+
+    use super::KeyHash;
+
+    /// Every tail length takes its own branch; keys that differ anywhere (and prefixes of one
+    /// another) hash apart, equal keys alike.
+    #[test]
+    fn key_hasher_separates_short_and_long_keys() {
+        let build = KeyHash::default();
+        let text = "journal.append/replay:catch-up";
+        let mut keys: Vec<String> = (0..=text.len()).map(|n| text[..n].to_string()).collect();
+        keys.extend(
+            [
+                "jOurnal", "journaL", "ledger", "regdel", "ab", "ba", "abc", "acb",
+            ]
+            .map(String::from),
+        );
+        let hashes: HashSet<u64> = keys.iter().map(|k| build.hash_one(k)).collect();
+        assert_eq!(hashes.len(), keys.len());
+        assert_eq!(
+            build.hash_one("journal"),
+            build.hash_one(String::from("journal"))
+        );
+        assert_eq!(build.hash_one(7_u32), build.hash_one(7_u32));
+        assert_ne!(build.hash_one(7_u32), build.hash_one(8_u32));
+    }
+}
