@@ -1,0 +1,1032 @@
+//! Behaviour of `SessionPool` through its public API, with a counting fake connector and
+//! fake stores. No test sleeps or times anything: blocking points are semaphores the test
+//! opens, time is `quanta::Clock::mock()`, and "let the spawned work finish" is a bounded
+//! number of `yield_now`s on a current-thread runtime.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slotpool::session::{
+    Connector, LoopId, MemoryStore, Origin, SessionContext, SessionError, SessionPool,
+    SessionRecord, SessionStore, StoreOp,
+};
+use slotpool::{ConfigError, Reach};
+use tokio::sync::{mpsc, Notify, Semaphore};
+
+// ----------------------------------------------------------------------------------------
+// Fakes
+// ----------------------------------------------------------------------------------------
+
+#[derive(Debug, thiserror::Error)]
+#[error("fake failure: {0}")]
+struct FakeError(&'static str);
+
+/// One fake connection: can be killed, fed events, and detects a double close.
+#[derive(Debug)]
+struct ConnState {
+    id: u64,
+    alive: AtomicBool,
+    closed: AtomicBool,
+    events_in: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    events_out: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
+}
+
+/// Permits for held bootstraps to proceed (none at first).
+struct Gate(Semaphore);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(Semaphore::new(0))
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    opened: AtomicU64,
+    closed: AtomicU64,
+    connect_calls: AtomicU64,
+    bootstrap_calls: AtomicU64,
+    reattach_calls: AtomicU64,
+    /// Upcoming calls that fail, per operation.
+    fail_connect: AtomicU64,
+    fail_bootstrap: AtomicU64,
+    fail_reattach: AtomicU64,
+    /// When set, bootstrap announces itself on `entered` and waits for a `proceed` permit.
+    hold_bootstrap: AtomicBool,
+    entered: Notify,
+    proceed: Gate,
+    next_loop: AtomicU64,
+    conns: Mutex<Vec<Arc<ConnState>>>,
+}
+
+impl Counts {
+    fn take_failure(counter: &AtomicU64) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    fn opened(&self) -> u64 {
+        self.opened.load(Ordering::SeqCst)
+    }
+
+    fn closed(&self) -> u64 {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    fn conn(&self, id: u64) -> Arc<ConnState> {
+        let conns = self.conns.lock().unwrap();
+        conns
+            .iter()
+            .find(|c| c.id == id)
+            .cloned()
+            .expect("test asked for a connection it opened")
+    }
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<Counts>);
+
+impl Connector for Fake {
+    type Conn = Arc<ConnState>;
+    type Event = String;
+    type Error = FakeError;
+
+    fn connect(&self) -> impl Future<Output = Result<Arc<ConnState>, FakeError>> + Send {
+        let counts = Arc::clone(&self.0);
+        async move {
+            counts.connect_calls.fetch_add(1, Ordering::SeqCst);
+            if Counts::take_failure(&counts.fail_connect) {
+                return Err(FakeError("connect"));
+            }
+            let id = counts.opened.fetch_add(1, Ordering::SeqCst);
+            let (tx, rx) = mpsc::unbounded_channel();
+            let conn = Arc::new(ConnState {
+                id,
+                alive: AtomicBool::new(true),
+                closed: AtomicBool::new(false),
+                events_in: Mutex::new(Some(tx)),
+                events_out: tokio::sync::Mutex::new(rx),
+            });
+            counts.conns.lock().unwrap().push(Arc::clone(&conn));
+            Ok(conn)
+        }
+    }
+
+    fn bootstrap(
+        &self,
+        _conn: &Arc<ConnState>,
+        session: &str,
+        _ctx: &SessionContext,
+    ) -> impl Future<Output = Result<LoopId, FakeError>> + Send {
+        let counts = Arc::clone(&self.0);
+        let session = session.to_string();
+        async move {
+            counts.bootstrap_calls.fetch_add(1, Ordering::SeqCst);
+            if counts.hold_bootstrap.load(Ordering::SeqCst) {
+                counts.entered.notify_one();
+                counts
+                    .proceed
+                    .0
+                    .acquire()
+                    .await
+                    .expect("never closed")
+                    .forget();
+            }
+            if Counts::take_failure(&counts.fail_bootstrap) {
+                return Err(FakeError("bootstrap"));
+            }
+            let n = counts.next_loop.fetch_add(1, Ordering::SeqCst);
+            Ok(LoopId::new(format!("loop-{session}-{n}")))
+        }
+    }
+
+    fn reattach(
+        &self,
+        _conn: &Arc<ConnState>,
+        _loop_id: &LoopId,
+    ) -> impl Future<Output = Result<(), FakeError>> + Send {
+        let counts = Arc::clone(&self.0);
+        async move {
+            counts.reattach_calls.fetch_add(1, Ordering::SeqCst);
+            if Counts::take_failure(&counts.fail_reattach) {
+                return Err(FakeError("reattach"));
+            }
+            Ok(())
+        }
+    }
+
+    fn is_alive(&self, conn: &Arc<ConnState>) -> bool {
+        conn.alive.load(Ordering::SeqCst)
+    }
+
+    fn next_event(&self, conn: &Arc<ConnState>) -> impl Future<Output = Option<String>> + Send {
+        let conn = Arc::clone(conn);
+        async move { conn.events_out.lock().await.recv().await }
+    }
+
+    fn close(&self, conn: &Arc<ConnState>) {
+        assert!(
+            !conn.closed.swap(true, Ordering::SeqCst),
+            "connection {} closed twice",
+            conn.id
+        );
+        self.0.closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A store that fails on demand, in front of a `MemoryStore`.
+#[derive(Default)]
+struct FlakyStore {
+    inner: MemoryStore,
+    fail_lookup: AtomicU64,
+    fail_save: AtomicU64,
+}
+
+/// The pool's handle on a shared `FlakyStore`.
+struct Flaky(Arc<FlakyStore>);
+
+impl SessionStore for Flaky {
+    type Error = FakeError;
+
+    fn loop_id(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<Option<LoopId>, FakeError>> + Send {
+        let result = if Counts::take_failure(&self.0.fail_lookup) {
+            Err(FakeError("lookup"))
+        } else {
+            Ok(self.0.inner.record(session).map(|r| r.loop_id))
+        };
+        std::future::ready(result)
+    }
+
+    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), FakeError>> + Send {
+        let result = if Counts::take_failure(&self.0.fail_save) {
+            Err(FakeError("save"))
+        } else {
+            self.0.inner.insert(record);
+            Ok(())
+        };
+        std::future::ready(result)
+    }
+
+    fn touch(&self, _session: &str) -> impl Future<Output = Result<(), FakeError>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Helpers
+// ----------------------------------------------------------------------------------------
+
+fn ctx() -> SessionContext {
+    SessionContext::new("ws", "user")
+}
+
+/// A pool with a mock clock and no background reaper.
+fn pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>, Arc<quanta::Mock>) {
+    let fake = Fake::default();
+    let counts = Arc::clone(&fake.0);
+    let (clock, mock) = quanta::Clock::mock();
+    let pool = SessionPool::builder(fake)
+        .pool_size(size)
+        .max_idle_time(Duration::from_secs(10))
+        .clock(clock)
+        .reap_every(None)
+        .build()
+        .expect("valid configuration");
+    (pool, counts, mock)
+}
+
+/// Lets spawned tasks run until no establishment is in flight (current-thread runtime).
+async fn settle<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>) {
+    for _ in 0..10_000 {
+        if pool.stats().establishing == 0 {
+            // One more round so tasks woken by the last completion reach their end.
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("establishments did not settle: {:?}", pool.stats());
+}
+
+/// Lets every spawned task run up to its next await.
+async fn run_spawned() {
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The accounting every test ends with: capacity held exactly by active sessions, and every
+/// connection opened is either closed or live.
+fn assert_balanced<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>, counts: &Counts) {
+    let stats = pool.stats();
+    assert_eq!(stats.establishing, 0, "{stats:?}");
+    assert_eq!(
+        stats.in_use, stats.active,
+        "capacity held by exactly the active sessions: {stats:?}"
+    );
+    assert_eq!(
+        counts.opened(),
+        counts.closed() + stats.active as u64 + stats.idle as u64,
+        "opened == closed + live: {stats:?}"
+    );
+}
+
+fn held_pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>) {
+    let (pool, counts, _mock) = pool(size);
+    counts.hold_bootstrap.store(true, Ordering::SeqCst);
+    (pool, counts)
+}
+
+// ----------------------------------------------------------------------------------------
+// Configuration
+// ----------------------------------------------------------------------------------------
+
+#[test]
+fn builder_rejects_bad_values() {
+    let err = |b: slotpool::session::SessionPoolBuilder<Fake>| {
+        b.reap_every(None).build().map(|_| ()).unwrap_err()
+    };
+    assert_eq!(
+        err(SessionPool::builder(Fake::default()).pool_size(0)),
+        ConfigError::Zero("pool_size")
+    );
+    assert_eq!(
+        err(SessionPool::builder(Fake::default()).max_idle_time(Duration::ZERO)),
+        ConfigError::Zero("max_idle_time")
+    );
+    assert!(matches!(
+        err(SessionPool::builder(Fake::default())
+            .pool_size(2)
+            .prewarm(3)),
+        ConfigError::Inverted { low: "prewarm", .. }
+    ));
+    assert!(matches!(
+        err(SessionPool::builder(Fake::default()).pool_size(usize::MAX)),
+        ConfigError::TooLarge {
+            name: "pool_size",
+            ..
+        }
+    ));
+    let zero_reap = SessionPool::builder(Fake::default())
+        .reap_every(Some(Duration::ZERO))
+        .build();
+    assert_eq!(
+        zero_reap.map(|_| ()).unwrap_err(),
+        ConfigError::Zero("reap_every")
+    );
+    // An explicit reaper needs a runtime to run on; outside one that is a typed error.
+    let no_runtime = SessionPool::builder(Fake::default())
+        .reap_every(Some(Duration::from_secs(1)))
+        .build();
+    assert!(matches!(
+        no_runtime.map(|_| ()).unwrap_err(),
+        ConfigError::Missing(_)
+    ));
+}
+
+#[tokio::test]
+async fn connections_are_lazy() {
+    let (pool, counts, _mock) = pool(1000);
+    assert_eq!(
+        counts.opened(),
+        0,
+        "nothing is connected at build (R3 made 1000)"
+    );
+    assert_eq!(pool.stats().in_use, 0);
+}
+
+// ----------------------------------------------------------------------------------------
+// Hot path and establishment
+// ----------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn hot_acquire_returns_the_same_connection() {
+    let (pool, counts, _mock) = pool(4);
+    let first = pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(first.origin(), Origin::Bootstrapped);
+    let again = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(first.same_connection(&again));
+    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 1);
+    let stats = pool.stats();
+    assert_eq!((stats.active, stats.in_use, stats.bootstraps), (1, 1, 1));
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn bootstrap_persists_the_new_loop_id() {
+    let store = Arc::new(MemoryStore::new());
+    let fake = Fake::default();
+    let pool = SessionPool::builder(fake)
+        .store(ArcStore(Arc::clone(&store)))
+        .reap_every(None)
+        .build()
+        .unwrap();
+    let session = pool
+        .acquire("s", &SessionContext::new("w1", "alice"))
+        .await
+        .unwrap();
+    let record = store.record("s").expect("the new loop id is saved");
+    assert_eq!(&record.loop_id, session.loop_id());
+    assert_eq!(
+        (record.workspace.as_str(), record.user.as_str()),
+        ("w1", "alice")
+    );
+}
+
+/// Lets a test keep a handle on the `MemoryStore` the pool uses.
+struct ArcStore(Arc<MemoryStore>);
+
+impl SessionStore for ArcStore {
+    type Error = std::convert::Infallible;
+    fn loop_id(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<Option<LoopId>, Self::Error>> + Send {
+        self.0.loop_id(session)
+    }
+    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.0.save(record)
+    }
+    fn touch(&self, session: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.0.touch(session)
+    }
+}
+
+fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<MemoryStore>) {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(SessionRecord {
+        session: "s".into(),
+        loop_id: LoopId::new(loop_id),
+        workspace: "ws".into(),
+        user: "user".into(),
+    });
+    let fake = Fake::default();
+    let counts = Arc::clone(&fake.0);
+    let pool = SessionPool::builder(fake)
+        .pool_size(4)
+        .store(ArcStore(Arc::clone(&store)))
+        .reap_every(None)
+        .build()
+        .unwrap();
+    (pool, counts, store)
+}
+
+#[tokio::test]
+async fn stored_loop_is_reattached() {
+    let (pool, counts, store) = seeded("loop-old");
+    let session = pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(session.origin(), Origin::Reattached);
+    assert_eq!(session.loop_id().as_str(), "loop-old");
+    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(store.touches(), 1, "a reattach touches the record");
+    assert_eq!(pool.stats().reattaches, 1);
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn placeholder_loop_ids_are_bootstrapped() {
+    for placeholder in ["", "pending-42"] {
+        let (pool, counts, store) = seeded(placeholder);
+        let session = pool.acquire("s", &ctx()).await.unwrap();
+        assert_eq!(session.origin(), Origin::Bootstrapped);
+        assert_eq!(counts.reattach_calls.load(Ordering::SeqCst), 0);
+        assert_eq!(store.record("s").unwrap().loop_id, *session.loop_id());
+    }
+}
+
+#[tokio::test]
+async fn failed_reattach_falls_back_to_bootstrap() {
+    let (pool, counts, store) = seeded("loop-old");
+    counts.fail_reattach.store(1, Ordering::SeqCst);
+    let session = pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(session.origin(), Origin::BootstrappedAfterReattach);
+    assert_ne!(session.loop_id().as_str(), "loop-old");
+    assert_eq!(
+        store.record("s").unwrap().loop_id,
+        *session.loop_id(),
+        "the new loop id replaces the old"
+    );
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn events_reach_the_caller_in_order() {
+    let (pool, counts, _mock) = pool(2);
+    let session = pool.acquire("s", &ctx()).await.unwrap();
+    let mut events = session
+        .take_events()
+        .expect("first taker gets the receiver");
+    assert!(session.take_events().is_none(), "only one receiver");
+    let conn = counts.conn(session.connection().id);
+    let sender = conn.events_in.lock().unwrap().clone().unwrap();
+    for i in 0..5 {
+        sender.send(format!("e{i}")).unwrap();
+    }
+    for i in 0..5 {
+        assert_eq!(
+            events.recv().await.as_deref(),
+            Some(format!("e{i}").as_str())
+        );
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Single flight
+// ----------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn concurrent_acquires_share_one_establishment() {
+    let (pool, counts) = held_pool(4);
+    let pool = Arc::new(pool);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+        })
+        .collect();
+    counts.entered.notified().await;
+    run_spawned().await;
+    counts.proceed.0.add_permits(1);
+    let sessions: Vec<_> = futures_join(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        counts.connect_calls.load(Ordering::SeqCst),
+        1,
+        "one connect for 16 callers"
+    );
+    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 1);
+    assert!(
+        sessions.iter().all(|s| s.same_connection(&sessions[0])),
+        "all get the same connection"
+    );
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn a_failed_establishment_reaches_every_caller() {
+    let (pool, counts) = held_pool(4);
+    counts.fail_bootstrap.store(1, Ordering::SeqCst);
+    let pool = Arc::new(pool);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+        })
+        .collect();
+    counts.entered.notified().await;
+    run_spawned().await;
+    counts.proceed.0.add_permits(1);
+    for result in futures_join(tasks).await {
+        let err = result.unwrap_err();
+        assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
+        assert_eq!(err.reach(), Reach::MaybeApplied);
+    }
+    assert_eq!(
+        counts.bootstrap_calls.load(Ordering::SeqCst),
+        1,
+        "the failure was shared, not retried"
+    );
+    assert_eq!(pool.stats().in_use, 0);
+    assert_balanced(&pool, &counts);
+}
+
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("task did not panic"));
+    }
+    out
+}
+
+// ----------------------------------------------------------------------------------------
+// Failure paths: capacity returned exactly once, no connection leaked
+// ----------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn connect_failure_returns_capacity() {
+    let (pool, counts, _mock) = pool(1);
+    counts.fail_connect.store(1, Ordering::SeqCst);
+    let err = pool.acquire("s", &ctx()).await.unwrap_err();
+    assert!(matches!(err, SessionError::Connect { .. }), "{err:?}");
+    assert_eq!(err.reach(), Reach::NotSent);
+    assert_eq!((pool.stats().in_use, pool.stats().failures), (0, 1));
+    assert_balanced(&pool, &counts);
+    // The one unit of capacity is back: the next acquire of another session succeeds.
+    pool.acquire("t", &ctx()).await.unwrap();
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn bootstrap_failure_closes_the_connection_and_returns_capacity() {
+    let (pool, counts, _mock) = pool(1);
+    counts.fail_bootstrap.store(1, Ordering::SeqCst);
+    let err = pool.acquire("s", &ctx()).await.unwrap_err();
+    assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_balanced(&pool, &counts);
+    pool.acquire("s", &ctx()).await.unwrap();
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn reattach_failure_then_bootstrap_failure() {
+    let (pool, counts, store) = seeded("loop-old");
+    counts.fail_reattach.store(1, Ordering::SeqCst);
+    counts.fail_bootstrap.store(1, Ordering::SeqCst);
+    let err = pool.acquire("s", &ctx()).await.unwrap_err();
+    match &err {
+        SessionError::Reattach { loop_id, .. } => assert_eq!(loop_id.as_str(), "loop-old"),
+        other => panic!("expected Reattach, got {other:?}"),
+    }
+    assert_eq!(err.reach(), Reach::MaybeApplied);
+    assert_eq!(
+        store.record("s").unwrap().loop_id.as_str(),
+        "loop-old",
+        "nothing new persisted"
+    );
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_eq!(pool.stats().in_use, 0);
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn store_failures_return_capacity() {
+    let store = Arc::new(FlakyStore::default());
+    let fake = Fake::default();
+    let counts = Arc::clone(&fake.0);
+    let pool = SessionPool::builder(fake)
+        .pool_size(1)
+        .store(Flaky(Arc::clone(&store)))
+        .reap_every(None)
+        .build()
+        .unwrap();
+
+    store.fail_lookup.store(1, Ordering::SeqCst);
+    let err = pool.acquire("s", &ctx()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::Store {
+                op: StoreOp::Lookup,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.reach(), Reach::NotSent);
+    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 0);
+    assert_balanced(&pool, &counts);
+
+    store.fail_save.store(1, Ordering::SeqCst);
+    let err = pool.acquire("s", &ctx()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::Store {
+                op: StoreOp::Save,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.reach(),
+        Reach::MaybeApplied,
+        "the loop exists but is unrecorded"
+    );
+    assert_eq!((counts.opened(), counts.closed()), (2, 2));
+    assert_eq!(pool.stats().in_use, 0);
+    assert_balanced(&pool, &counts);
+
+    pool.acquire("s", &ctx()).await.unwrap();
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn exhausted_without_waiting() {
+    let (pool, counts, _mock) = pool(2);
+    pool.acquire("a", &ctx()).await.unwrap();
+    pool.acquire("b", &ctx()).await.unwrap();
+    let err = pool.acquire("c", &ctx()).await.unwrap_err();
+    assert!(
+        matches!(err, SessionError::Exhausted { capacity: 2 }),
+        "{err:?}"
+    );
+    assert_eq!(err.reach(), Reach::NotSent);
+    assert_eq!(
+        counts.connect_calls.load(Ordering::SeqCst),
+        2,
+        "no connect for a refused session"
+    );
+    // Existing sessions still take the hot path while the pool is full.
+    pool.acquire("a", &ctx()).await.unwrap();
+    assert!(pool.release("b"));
+    pool.acquire("c", &ctx()).await.unwrap();
+    assert_eq!(pool.stats().exhausted, 1);
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn cancelled_leader_mid_bootstrap_still_completes_for_followers() {
+    let (pool, counts) = held_pool(2);
+    let pool = Arc::new(pool);
+    let spawn = |pool: &Arc<SessionPool<Fake>>| {
+        let pool = Arc::clone(pool);
+        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+    };
+    let leader = spawn(&pool);
+    counts.entered.notified().await;
+    let follower = spawn(&pool);
+    run_spawned().await;
+    leader.abort();
+    assert!(leader.await.unwrap_err().is_cancelled());
+    counts.proceed.0.add_permits(1);
+    let session = follower
+        .await
+        .unwrap()
+        .expect("the leader's cancellation does not fail followers");
+    settle(&pool).await;
+    // The establishment was cached: the next acquire is hot, no second connect.
+    let again = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(again.same_connection(&session));
+    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(pool.stats().in_use, 1);
+    assert_balanced(&pool, &counts);
+    assert!(pool.release("s"));
+    assert_eq!(pool.stats().in_use, 0);
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn cancelled_caller_mid_bootstrap_failure_returns_capacity_once() {
+    let (pool, counts) = held_pool(1);
+    counts.fail_bootstrap.store(1, Ordering::SeqCst);
+    let pool = Arc::new(pool);
+    let caller = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+    };
+    counts.entered.notified().await;
+    caller.abort();
+    let _ = caller.await;
+    counts.proceed.0.add_permits(1);
+    settle(&pool).await;
+    assert_eq!(pool.stats().in_use, 0);
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn cancelled_sole_caller_leaves_the_session_active() {
+    let (pool, counts) = held_pool(1);
+    let pool = Arc::new(pool);
+    let caller = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+    };
+    counts.entered.notified().await;
+    caller.abort();
+    let _ = caller.await;
+    counts.proceed.0.add_permits(1);
+    settle(&pool).await;
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.active, stats.in_use),
+        (1, 1),
+        "the establishment finished and was cached"
+    );
+    assert_balanced(&pool, &counts);
+    pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn runtime_shutdown_mid_bootstrap_returns_capacity() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (pool, counts) = {
+        let _guard = runtime.enter();
+        held_pool(1)
+    };
+    let pool = Arc::new(pool);
+    {
+        let pool = Arc::clone(&pool);
+        runtime.spawn(async move { pool.acquire("s", &ctx()).await });
+    }
+    runtime.block_on(counts.entered.notified());
+    // Dropping the runtime drops the establishment task mid-bootstrap.
+    drop(runtime);
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.in_use, stats.establishing, stats.failures),
+        (0, 0, 1),
+        "{stats:?}"
+    );
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+}
+
+#[tokio::test]
+async fn release_during_establishment_closes_the_new_connection() {
+    let (pool, counts) = held_pool(1);
+    let pool = Arc::new(pool);
+    let caller = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+    };
+    counts.entered.notified().await;
+    assert!(pool.release("s"), "an establishing session can be released");
+    counts.proceed.0.add_permits(1);
+    let err = caller.await.unwrap().unwrap_err();
+    assert!(matches!(err, SessionError::Released { .. }), "{err:?}");
+    assert_eq!(err.reach(), Reach::MaybeApplied);
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_eq!(pool.stats().in_use, 0);
+    assert_balanced(&pool, &counts);
+}
+
+#[test]
+fn release_racing_acquire_keeps_exact_accounting() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (pool, counts, _mock) = pool(4);
+        let pool = Arc::new(pool);
+        for round in 0..300 {
+            let session = format!("s{}", round % 3);
+            let acquirer = {
+                let (pool, session) = (Arc::clone(&pool), session.clone());
+                tokio::spawn(async move { pool.acquire(&session, &ctx()).await })
+            };
+            let releaser = {
+                let (pool, session) = (Arc::clone(&pool), session.clone());
+                tokio::spawn(async move { pool.release(&session) })
+            };
+            match acquirer.await.unwrap() {
+                Ok(_) | Err(SessionError::Released { .. }) => {}
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+            releaser.await.unwrap();
+            let stats = pool.stats();
+            assert!(stats.in_use <= 4);
+        }
+        // Let the last establishments finish, then release everything.
+        for _ in 0..10_000 {
+            if pool.stats().establishing == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        for s in 0..3 {
+            pool.release(&format!("s{s}"));
+        }
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.in_use, stats.active, stats.establishing),
+            (0, 0, 0),
+            "{stats:?}"
+        );
+        assert_eq!(
+            counts.opened(),
+            counts.closed(),
+            "every connection closed exactly once"
+        );
+    });
+}
+
+// ----------------------------------------------------------------------------------------
+// Dead and stale sessions, reaping
+// ----------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn dead_connection_is_rebuilt() {
+    let (pool, counts, _mock) = pool(2);
+    let old = pool.acquire("s", &ctx()).await.unwrap();
+    counts
+        .conn(old.connection().id)
+        .alive
+        .store(false, Ordering::SeqCst);
+    let new = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(!new.same_connection(&old));
+    assert!(!old.is_open());
+    assert_eq!(pool.stats().rebuilt, 1);
+    assert_eq!((counts.opened(), counts.closed()), (2, 1));
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn ended_event_stream_marks_the_session_dead() {
+    let (pool, counts, _mock) = pool(2);
+    let old = pool.acquire("s", &ctx()).await.unwrap();
+    // Ending the connection's event stream ends its reader.
+    counts
+        .conn(old.connection().id)
+        .events_in
+        .lock()
+        .unwrap()
+        .take();
+    for _ in 0..10_000 {
+        if !old.is_open() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(!old.is_open(), "the reader ended");
+    let new = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(!new.same_connection(&old));
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn stale_session_is_rebuilt() {
+    let (pool, counts, mock) = pool(2);
+    let old = pool.acquire("s", &ctx()).await.unwrap();
+    mock.increment(Duration::from_secs(10));
+    let same = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(
+        same.same_connection(&old),
+        "exactly max_idle_time is still fresh"
+    );
+    mock.increment(Duration::from_secs(10) + Duration::from_nanos(1));
+    let new = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(
+        !new.same_connection(&old),
+        "idle past max_idle_time is rebuilt"
+    );
+    assert_eq!(
+        new.origin(),
+        Origin::Reattached,
+        "rebuilt onto its stored loop"
+    );
+    assert_eq!(pool.stats().rebuilt, 1);
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn reaper_closes_idle_sessions_only() {
+    let (pool, counts, mock) = pool(4);
+    for s in ["a", "b", "c"] {
+        pool.acquire(s, &ctx()).await.unwrap();
+    }
+    mock.increment(Duration::from_secs(6));
+    pool.acquire("b", &ctx()).await.unwrap();
+    mock.increment(Duration::from_secs(6));
+    let now = pool.clock().now();
+    assert_eq!(pool.reap(now), 2, "a and c are 12 s idle, b 6 s");
+    let stats = pool.stats();
+    assert_eq!((stats.active, stats.in_use, stats.reaped), (1, 1, 2));
+    assert_eq!(pool.reap(now), 0, "idempotent");
+    assert_balanced(&pool, &counts);
+    // A reaped session comes back on its next acquire.
+    pool.acquire("a", &ctx()).await.unwrap();
+    assert_eq!(pool.stats().active, 2);
+    assert_balanced(&pool, &counts);
+}
+
+// ----------------------------------------------------------------------------------------
+// Release, stop, prewarm
+// ----------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn release_and_reset_close_and_return_capacity() {
+    let (pool, counts, _mock) = pool(2);
+    let session = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(pool.release("s"));
+    assert!(!session.is_open());
+    assert!(!pool.release("s"), "already gone");
+    pool.acquire("s", &ctx()).await.unwrap();
+    assert!(pool.reset_session("s"));
+    let stats = pool.stats();
+    assert_eq!((stats.in_use, stats.released), (0, 2));
+    assert_eq!((counts.opened(), counts.closed()), (2, 2));
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn stop_closes_everything_and_refuses_later_acquires() {
+    let (pool, counts, _mock) = pool(4);
+    let a = pool.acquire("a", &ctx()).await.unwrap();
+    pool.acquire("b", &ctx()).await.unwrap();
+    pool.stop();
+    assert!(!a.is_open());
+    assert_eq!((counts.opened(), counts.closed()), (2, 2));
+    assert_eq!(pool.stats().in_use, 0);
+    assert!(matches!(
+        pool.acquire("a", &ctx()).await,
+        Err(SessionError::Closed)
+    ));
+    assert!(matches!(
+        pool.acquire("new", &ctx()).await,
+        Err(SessionError::Closed)
+    ));
+    pool.stop();
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn stop_during_establishment_fails_its_callers_with_closed() {
+    let (pool, counts) = held_pool(2);
+    let pool = Arc::new(pool);
+    let caller = {
+        let pool = Arc::clone(&pool);
+        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
+    };
+    counts.entered.notified().await;
+    pool.stop();
+    counts.proceed.0.add_permits(1);
+    assert!(matches!(caller.await.unwrap(), Err(SessionError::Closed)));
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_eq!(pool.stats().in_use, 0);
+}
+
+#[tokio::test]
+async fn dropping_the_pool_closes_its_connections() {
+    let (pool, counts, _mock) = pool(2);
+    let session = pool.acquire("s", &ctx()).await.unwrap();
+    drop(pool);
+    assert!(!session.is_open());
+    assert_eq!(counts.opened(), counts.closed());
+}
+
+#[tokio::test]
+async fn prewarmed_connections_skip_the_connect() {
+    let fake = Fake::default();
+    let counts = Arc::clone(&fake.0);
+    let pool = SessionPool::builder(fake)
+        .pool_size(4)
+        .prewarm(2)
+        .reap_every(None)
+        .build()
+        .unwrap();
+    assert_eq!(pool.prewarm().await.unwrap(), 2);
+    assert_eq!(pool.prewarm().await.unwrap(), 0, "already full");
+    assert_eq!(pool.stats().idle, 2);
+    pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(
+        counts.connect_calls.load(Ordering::SeqCst),
+        2,
+        "the session used a prewarmed connection"
+    );
+    assert_eq!(pool.stats().idle, 1);
+    assert_balanced(&pool, &counts);
+    pool.stop();
+    assert_eq!(
+        counts.opened(),
+        counts.closed(),
+        "stop closes prewarmed connections too"
+    );
+}
