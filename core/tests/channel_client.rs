@@ -1,0 +1,735 @@
+//! ChannelPool and ClientPool through the public API: lowest-first placement, bounds, discard,
+//! build failures and cancellation, nested reaping on a mock clock, and a multi-thread run
+//! with exact accounting. No sleeps: time is `quanta::Clock::mock()`, and tokio timeouts run
+//! on a paused runtime clock.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use slotpool::channel::{ChannelConnector, ChannelPool};
+use slotpool::client::{ClientError, ClientFactory, ClientPool};
+use slotpool::{ConfigError, Reach};
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// Counts live channels: a channel is an `Arc<Token>`, and the last clone's drop is the close.
+#[derive(Default)]
+struct Lazy {
+    live: Arc<AtomicUsize>,
+}
+
+struct Token {
+    id: u64,
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ChannelConnector for Lazy {
+    type Channel = Arc<Token>;
+    fn connect_lazy(&self, id: u64) -> Arc<Token> {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Arc::new(Token {
+            id,
+            live: Arc::clone(&self.live),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injected build failure")]
+struct MakeFailed;
+
+/// Builds `Client`s; can be told to fail the next builds or to hang.
+#[derive(Default)]
+struct Factory {
+    knobs: Arc<Knobs>,
+}
+
+#[derive(Default)]
+struct Knobs {
+    live: AtomicUsize,
+    fail_next: AtomicUsize,
+    hang: AtomicBool,
+}
+
+struct Client {
+    channel: u64,
+    /// Set while a caller uses the client: two callers at once would see it set.
+    in_use: AtomicBool,
+    uses: u64,
+    knobs: Arc<Knobs>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.knobs.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ClientFactory<Arc<Token>> for Factory {
+    type Client = Client;
+    type Error = MakeFailed;
+    async fn make(&self, channel: &Arc<Token>) -> Result<Client, MakeFailed> {
+        if self.knobs.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let failing = self
+            .knobs
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(MakeFailed);
+        }
+        self.knobs.live.fetch_add(1, Ordering::SeqCst);
+        Ok(Client {
+            channel: channel.id,
+            in_use: AtomicBool::new(false),
+            uses: 0,
+            knobs: Arc::clone(&self.knobs),
+        })
+    }
+}
+
+type Channels = ChannelPool<Lazy>;
+type Clients = ClientPool<Lazy, Factory>;
+
+const IDLE: Duration = Duration::from_secs(10);
+
+struct Fixture {
+    clock: quanta::Clock,
+    mock: Arc<quanta::Mock>,
+    channels: Arc<Channels>,
+    clients: Arc<Clients>,
+    live_channels: Arc<AtomicUsize>,
+    knobs: Arc<Knobs>,
+}
+
+impl Fixture {
+    fn new(per_channel: usize, max_clients: Option<usize>) -> Self {
+        let (clock, mock) = quanta::Clock::mock();
+        let connector = Lazy::default();
+        let live_channels = Arc::clone(&connector.live);
+        let channels = ChannelPool::builder(connector)
+            .max_clients_per_channel(per_channel)
+            .idle_timeout(IDLE)
+            .reap_interval(None)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let factory = Factory::default();
+        let knobs = Arc::clone(&factory.knobs);
+        let clients = ClientPool::builder(Arc::clone(&channels), factory)
+            .max_clients(max_clients)
+            .idle_timeout(IDLE)
+            .reap_interval(None)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        Self {
+            clock,
+            mock,
+            channels,
+            clients,
+            live_channels,
+            knobs,
+        }
+    }
+
+    /// Asserts the whole stack is empty: no clients, no channels, nothing alive.
+    fn assert_all_reaped(&self) {
+        let (clients, channels) = (self.clients.stats(), self.channels.stats());
+        assert_eq!(
+            (clients.clients, clients.idle, clients.in_use),
+            (0, 0, 0),
+            "{clients:?}"
+        );
+        assert_eq!(
+            (channels.channels, channels.clients),
+            (0, 0),
+            "{channels:?}"
+        );
+        assert_eq!(self.knobs.live.load(Ordering::SeqCst), 0, "clients dropped");
+        assert_eq!(
+            self.live_channels.load(Ordering::SeqCst),
+            0,
+            "channels dropped"
+        );
+    }
+}
+
+fn channel_pool(
+    per_channel: usize,
+) -> (
+    quanta::Clock,
+    Arc<quanta::Mock>,
+    Arc<Channels>,
+    Arc<AtomicUsize>,
+) {
+    let (clock, mock) = quanta::Clock::mock();
+    let connector = Lazy::default();
+    let live = Arc::clone(&connector.live);
+    let pool = ChannelPool::builder(connector)
+        .max_clients_per_channel(per_channel)
+        .idle_timeout(IDLE)
+        .reap_interval(None)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (clock, mock, pool, live)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channels
+// ---------------------------------------------------------------------------------------------
+
+/// Channels fill lowest id first, a full pool opens a new lazy channel, and room that frees up
+/// on a low channel is preferred over a higher one.
+#[test]
+fn channels_fill_lowest_first_and_open_lazily_when_full() {
+    let (_clock, _mock, pool, live) = channel_pool(2);
+    let guards: Vec<_> = (0..5).map(|_| pool.get()).collect();
+    let ids: Vec<u64> = guards.iter().map(|g| g.id()).collect();
+    assert_eq!(
+        ids,
+        [0, 0, 1, 1, 2],
+        "max_clients_per_channel = 2 respected"
+    );
+    assert_eq!(guards[4].channel().id, 2, "connect_lazy got the slot index");
+    assert_eq!(live.load(Ordering::SeqCst), 3);
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.channels, stats.clients, stats.opened, stats.gets),
+        (3, 5, 3, 5)
+    );
+    let mut guards = guards;
+    // Free one unit on channel 0 and one on channel 1: the next get takes channel 0.
+    drop(guards.remove(2));
+    drop(guards.remove(0));
+    assert_eq!(pool.get().id(), 0);
+    let again = pool.get();
+    assert_eq!(again.id(), 0);
+    assert_eq!(pool.get().id(), 1);
+    assert_eq!(pool.stats().opened, 3, "no new channel while one has room");
+}
+
+/// Idle channels are reaped after the timeout (and not before); a held channel never is.
+#[test]
+fn idle_channels_are_reaped_and_held_ones_are_not() {
+    let (clock, mock, pool, live) = channel_pool(1);
+    let held = pool.get();
+    let idle = pool.get();
+    assert_eq!((held.id(), idle.id()), (0, 1));
+    drop(idle);
+    mock.increment(IDLE - Duration::from_millis(5));
+    assert_eq!(pool.reap(clock.now()), 0, "not idle long enough");
+    mock.increment(Duration::from_millis(10));
+    assert_eq!(pool.reap(clock.now()), 1);
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        1,
+        "the reaped channel was dropped"
+    );
+    let stats = pool.stats();
+    assert_eq!((stats.channels, stats.clients, stats.reaps), (1, 1, 1));
+    // The held channel stays however long it is held.
+    mock.increment(IDLE * 10);
+    assert_eq!(pool.reap(clock.now()), 0);
+    // A reaped slot is reused for the next new channel.
+    let next = pool.get();
+    assert_eq!(next.id(), 1);
+    assert_eq!(pool.stats().opened, 3);
+    drop((held, next));
+    mock.increment(IDLE);
+    assert_eq!(pool.reap(clock.now()), 2);
+    assert_eq!(live.load(Ordering::SeqCst), 0);
+}
+
+/// A channel taken again just before a reap pass is not reaped: its release restamps it.
+#[test]
+fn a_channel_used_since_it_went_idle_is_not_reaped() {
+    let (clock, mock, pool, _live) = channel_pool(1);
+    drop(pool.get());
+    mock.increment(IDLE * 2);
+    let taken = pool.get();
+    assert_eq!(taken.id(), 0, "the old channel is reused");
+    assert_eq!(pool.reap(clock.now()), 0, "held: never reaped");
+    drop(taken);
+    assert_eq!(
+        pool.reap(clock.now()),
+        0,
+        "just released: idle time restarts"
+    );
+    mock.increment(IDLE);
+    assert_eq!(pool.reap(clock.now()), 1);
+}
+
+/// The channel pool is lock-free and never waits, so it builds without a runtime when no
+/// background reaper is asked for, and with one it needs a runtime.
+#[test]
+fn channel_config_errors_are_typed() {
+    let zero = ChannelPool::builder(Lazy::default())
+        .max_clients_per_channel(0)
+        .reap_interval(None)
+        .build();
+    assert_eq!(
+        zero.map(|_| ()).unwrap_err(),
+        ConfigError::Zero("max_clients_per_channel")
+    );
+    let huge = ChannelPool::builder(Lazy::default())
+        .max_clients_per_channel(1 << 30)
+        .reap_interval(None)
+        .build();
+    assert!(matches!(
+        huge.map(|_| ()).unwrap_err(),
+        ConfigError::TooLarge {
+            name: "max_clients_per_channel",
+            ..
+        }
+    ));
+    let zero_reap = ChannelPool::builder(Lazy::default())
+        .reap_interval(Some(Duration::ZERO))
+        .build();
+    assert_eq!(
+        zero_reap.map(|_| ()).unwrap_err(),
+        ConfigError::Zero("reap_interval")
+    );
+    let no_runtime = ChannelPool::builder(Lazy::default())
+        .reap_interval(Some(Duration::from_secs(1)))
+        .build();
+    assert_eq!(
+        no_runtime.map(|_| ()).unwrap_err(),
+        ConfigError::Missing("tokio runtime")
+    );
+    assert!(ChannelPool::builder(Lazy::default())
+        .reap_interval(None)
+        .build()
+        .is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients
+// ---------------------------------------------------------------------------------------------
+
+/// Idle clients are reused lowest channel first, so high channels drain.
+#[tokio::test]
+async fn idle_clients_are_reused_lowest_channel_first() {
+    let f = Fixture::new(2, None);
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(f.clients.acquire().await.unwrap());
+    }
+    let channels: Vec<u64> = held.iter().map(|g| g.channel_id()).collect();
+    assert_eq!(channels, [0, 0, 1, 1, 2, 2]);
+    assert_eq!(f.channels.stats().channels, 3);
+    // Return them all in reverse order: reuse still starts from channel 0.
+    while let Some(guard) = held.pop() {
+        drop(guard);
+    }
+    let a = f.clients.acquire().await.unwrap();
+    let b = f.clients.acquire().await.unwrap();
+    let c = f.clients.acquire().await.unwrap();
+    assert_eq!((a.channel_id(), b.channel_id(), c.channel_id()), (0, 0, 1));
+    assert_eq!(f.clients.stats().created, 6, "all reused, none built");
+    // Clients on channel 2 stay idle: after the timeout they and channel 2 are reaped while
+    // channels 0 and 1 carry the load.
+    drop(c);
+    let c = f.clients.acquire().await.unwrap();
+    assert_eq!(c.channel_id(), 1);
+    f.mock.increment(IDLE);
+    let now = f.clock.now();
+    // Clients reused since (a, b, c) are held; the idle ones are the other client on channel 1
+    // and both on channel 2.
+    assert_eq!(f.clients.reap(now), 3);
+    assert_eq!(f.channels.reap(now), 1, "channel 2 had only idle clients");
+    assert_eq!(f.channels.stats().channels, 2);
+    drop((a, b, c));
+}
+
+/// A guard derefs mutably to the client, and the same client comes back.
+#[tokio::test]
+async fn the_guard_derefs_to_the_client_and_returns_it() {
+    let f = Fixture::new(4, Some(1));
+    let mut guard = f.clients.acquire().await.unwrap();
+    guard.uses += 1;
+    assert_eq!(guard.channel().id, 0);
+    assert_eq!(
+        guard.channel,
+        guard.channel_id(),
+        "built on the channel it reports"
+    );
+    drop(guard);
+    let guard = f.clients.acquire().await.unwrap();
+    assert_eq!(guard.uses, 1);
+    let stats = f.clients.stats();
+    assert_eq!(
+        (
+            stats.acquires,
+            stats.created,
+            stats.clients,
+            stats.in_use,
+            stats.idle
+        ),
+        (2, 1, 1, 1, 0)
+    );
+}
+
+/// With `max_clients` reached: `try_acquire` refuses, `acquire_timeout` times out, and
+/// `acquire` waits and gets the client that is returned.
+#[tokio::test(start_paused = true)]
+async fn max_clients_waits_refuses_and_times_out() {
+    let f = Fixture::new(4, Some(2));
+    let a = f.clients.acquire().await.unwrap();
+    let b = f.clients.acquire().await.unwrap();
+    let err = f.clients.try_acquire().await.map(|_| ()).unwrap_err();
+    assert!(matches!(err, ClientError::NoCapacity));
+    assert_eq!(err.reach(), Reach::NotSent);
+    // The paused runtime clock auto-advances to the deadline: no real waiting.
+    let err = f
+        .clients
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Timeout { waited } if waited == Duration::from_secs(1)));
+    let waiter = {
+        let clients = Arc::clone(&f.clients);
+        tokio::spawn(async move { clients.acquire().await.map(|g| g.slot()) })
+    };
+    while f.clients.stats().waiting == 0 {
+        tokio::task::yield_now().await;
+    }
+    let slot_b = b.slot();
+    drop(b);
+    assert_eq!(
+        waiter.await.unwrap().unwrap(),
+        slot_b,
+        "the waiter got the returned client"
+    );
+    let stats = f.clients.stats();
+    assert_eq!(
+        (stats.created, stats.waits, stats.clients, stats.waiting),
+        (2, 1, 2, 0)
+    );
+    assert_eq!(stats.capacity, Some(2));
+    drop(a);
+}
+
+/// `discard` drops the client and frees its slot and its channel share.
+#[tokio::test]
+async fn discard_frees_the_slot_and_the_channel() {
+    let f = Fixture::new(1, Some(1));
+    let guard = f.clients.acquire().await.unwrap();
+    assert_eq!(f.channels.stats().clients, 1);
+    guard.discard();
+    let stats = f.clients.stats();
+    assert_eq!((stats.clients, stats.discards), (0, 1));
+    assert_eq!(f.knobs.live.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        f.channels.stats().clients,
+        0,
+        "the channel share was released"
+    );
+    let next = f.clients.try_acquire().await.unwrap();
+    assert_eq!(next.channel_id(), 0, "the idle channel is reused");
+    assert_eq!(f.clients.stats().created, 2);
+}
+
+/// A failed build returns a typed, retry-safe error and frees the slot and the channel share.
+#[tokio::test]
+async fn make_failure_frees_capacity() {
+    let f = Fixture::new(1, Some(1));
+    f.knobs.fail_next.store(1, Ordering::SeqCst);
+    let err = f.clients.acquire().await.map(|_| ()).unwrap_err();
+    assert!(matches!(err, ClientError::Make { .. }), "{err}");
+    assert!(err.reach().retry_is_safe());
+    let stats = f.clients.stats();
+    assert_eq!(
+        (stats.clients, stats.in_use, stats.make_failures),
+        (0, 0, 1)
+    );
+    assert_eq!(f.channels.stats().clients, 0);
+    let guard = f.clients.try_acquire().await.unwrap();
+    assert_eq!(guard.channel_id(), 0);
+}
+
+/// A build cancelled by the caller's deadline frees its slot and channel share; no lock is held
+/// across a build, so another caller takes an idle client meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_build_frees_capacity_and_blocks_nobody() {
+    let f = Fixture::new(1, Some(2));
+    let first = f.clients.acquire().await.unwrap();
+    f.knobs.hang.store(true, Ordering::SeqCst);
+    let building = {
+        let clients = Arc::clone(&f.clients);
+        tokio::spawn(async move {
+            clients
+                .acquire_timeout(Duration::from_secs(5))
+                .await
+                .map(|_| ())
+        })
+    };
+    while f.channels.stats().clients < 2 {
+        tokio::task::yield_now().await;
+    }
+    // A build is in flight; returning and re-taking the idle client is not held up by it.
+    drop(first);
+    let again = f.clients.try_acquire().await.unwrap();
+    assert_eq!(again.channel_id(), 0);
+    assert!(matches!(
+        building.await.unwrap(),
+        Err(ClientError::Timeout { .. })
+    ));
+    assert_eq!(
+        f.clients.stats().clients,
+        1,
+        "the cancelled build's slot is free"
+    );
+    assert_eq!(f.channels.stats().clients, 1, "its channel share too");
+    f.knobs.hang.store(false, Ordering::SeqCst);
+    let second = f.clients.try_acquire().await.unwrap();
+    assert_eq!(second.channel_id(), 1);
+}
+
+/// Nested reaping: once every guard is dropped and the mock clock passes the idle timeout,
+/// one client reap and then one channel reap at the same instant leave nothing.
+#[tokio::test]
+async fn nested_reaping_leaves_nothing() {
+    let f = Fixture::new(2, None);
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(f.clients.acquire().await.unwrap());
+    }
+    assert_eq!(f.channels.stats().channels, 3);
+    drop(held);
+    let stats = f.clients.stats();
+    assert_eq!((stats.clients, stats.idle, stats.in_use), (5, 5, 0));
+    let now = f.clock.now();
+    assert_eq!(
+        (f.clients.reap(now), f.channels.reap(now)),
+        (0, 0),
+        "nothing idle long enough"
+    );
+    f.mock.increment(IDLE + Duration::from_millis(1));
+    let now = f.clock.now();
+    assert_eq!(f.clients.reap(now), 5);
+    assert_eq!(f.channels.reap(now), 3);
+    f.assert_all_reaped();
+    assert_eq!((f.clients.stats().reaps, f.channels.stats().reaps), (5, 3));
+}
+
+/// A reap never takes a client or channel that was just acquired, nor one used since.
+#[tokio::test]
+async fn a_reap_never_takes_a_just_acquired_client_or_its_channel() {
+    let f = Fixture::new(1, None);
+    let a = f.clients.acquire().await.unwrap();
+    let b = f.clients.acquire().await.unwrap();
+    drop((a, b));
+    f.mock.increment(IDLE * 3);
+    // Both are long idle; one is taken right before the pass.
+    let taken = f.clients.acquire().await.unwrap();
+    assert_eq!(taken.channel_id(), 0);
+    let now = f.clock.now();
+    assert_eq!(f.clients.reap(now), 1, "only the other one");
+    assert_eq!(f.channels.reap(now), 1, "only the other one's channel");
+    assert_eq!(f.channels.stats().channels, 1);
+    drop(taken);
+    // Just returned: idle time restarts now.
+    assert_eq!(f.clients.reap(f.clock.now()), 0);
+    f.mock.increment(IDLE);
+    let now = f.clock.now();
+    assert_eq!((f.clients.reap(now), f.channels.reap(now)), (1, 1));
+    f.assert_all_reaped();
+}
+
+/// `close` wakes waiters with `Closed`, drops idle clients, and clients returned later are
+/// dropped too; everything is released.
+#[tokio::test]
+async fn close_wakes_waiters_and_drops_clients() {
+    let f = Fixture::new(4, Some(1));
+    let held = f.clients.acquire().await.unwrap();
+    let waiter = {
+        let clients = Arc::clone(&f.clients);
+        tokio::spawn(async move { clients.acquire().await.map(|_| ()) })
+    };
+    while f.clients.stats().waiting == 0 {
+        tokio::task::yield_now().await;
+    }
+    f.clients.close();
+    assert!(matches!(waiter.await.unwrap(), Err(ClientError::Closed)));
+    assert!(matches!(
+        f.clients.try_acquire().await.map(|_| ()),
+        Err(ClientError::Closed)
+    ));
+    drop(held);
+    assert_eq!(f.clients.stats().clients, 0);
+    assert_eq!(f.knobs.live.load(Ordering::SeqCst), 0);
+    assert_eq!(f.channels.stats().clients, 0);
+}
+
+/// Dropping the pool handles ends the reaper tasks even while guards live: the tasks hold only
+/// `Weak`s, and a guard returned afterwards drops its client and releases its channel.
+#[tokio::test]
+async fn dropping_the_pools_ends_their_tasks() {
+    let connector = Lazy::default();
+    let live_channels = Arc::clone(&connector.live);
+    let channels = ChannelPool::builder(connector)
+        .reap_interval(Some(Duration::from_secs(3600)))
+        .build()
+        .unwrap();
+    let factory = Factory::default();
+    let knobs = Arc::clone(&factory.knobs);
+    let clients = ClientPool::builder(Arc::clone(&channels), factory)
+        .reap_interval(Some(Duration::from_secs(3600)))
+        .build()
+        .unwrap();
+    let guard = clients.acquire().await.unwrap();
+    let weak_clients = Arc::downgrade(&clients);
+    drop(clients);
+    assert!(
+        weak_clients.upgrade().is_none(),
+        "the guard does not keep the pool handle alive"
+    );
+    drop(guard);
+    assert_eq!(
+        knobs.live.load(Ordering::SeqCst),
+        0,
+        "returned to a dropped pool: dropped"
+    );
+    let weak_channels = Arc::downgrade(&channels);
+    drop(channels);
+    assert!(weak_channels.upgrade().is_none());
+    assert_eq!(live_channels.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn client_config_errors_are_typed() {
+    let (_, _, channels, _) = channel_pool(1);
+    let zero = ClientPool::builder(Arc::clone(&channels), Factory::default())
+        .max_clients(Some(0))
+        .reap_interval(None)
+        .build();
+    assert_eq!(
+        zero.map(|_| ()).unwrap_err(),
+        ConfigError::Zero("max_clients")
+    );
+    let huge = ClientPool::builder(Arc::clone(&channels), Factory::default())
+        .max_clients(Some(usize::MAX))
+        .reap_interval(None)
+        .build();
+    assert!(matches!(
+        huge.map(|_| ()).unwrap_err(),
+        ConfigError::TooLarge {
+            name: "max_clients",
+            ..
+        }
+    ));
+    let zero_reap = ClientPool::builder(channels, Factory::default())
+        .reap_interval(Some(Duration::ZERO))
+        .build();
+    assert_eq!(
+        zero_reap.map(|_| ()).unwrap_err(),
+        ConfigError::Zero("reap_interval")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency
+// ---------------------------------------------------------------------------------------------
+
+/// 32 tasks on 4 workers hammer a pool of 8 clients over channels of 3, with discards and
+/// reaps racing them: no client is ever used by two tasks at once, `max_clients` is never
+/// overshot, and at the end the books balance exactly and everything can be reaped.
+#[test]
+fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
+    const TASKS: usize = 32;
+    const ROUNDS: usize = 300;
+    const MAX: usize = 8;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    let f = Fixture::new(3, Some(MAX));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let in_use = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for task in 0..TASKS {
+            let clients = Arc::clone(&f.clients);
+            let (peak, in_use) = (Arc::clone(&peak), Arc::clone(&in_use));
+            handles.push(tokio::spawn(async move {
+                for round in 0..ROUNDS {
+                    let mut guard = clients.acquire().await.unwrap();
+                    let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    assert!(
+                        !guard.in_use.swap(true, Ordering::SeqCst),
+                        "a client handed to two callers"
+                    );
+                    guard.uses += 1;
+                    if round % 4 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    guard.in_use.store(false, Ordering::SeqCst);
+                    in_use.fetch_sub(1, Ordering::SeqCst);
+                    if (task + round) % 37 == 0 {
+                        guard.discard();
+                    }
+                }
+            }));
+        }
+        // A reaper racing the tasks with a clock that says everything idle is long idle.
+        let reaper = {
+            let (clients, channels, clock, mock) = (
+                Arc::clone(&f.clients),
+                Arc::clone(&f.channels),
+                f.clock.clone(),
+                Arc::clone(&f.mock),
+            );
+            tokio::spawn(async move {
+                let mut reaped = 0;
+                for _ in 0..200 {
+                    mock.increment(IDLE);
+                    let now = clock.now();
+                    reaped += clients.reap(now);
+                    channels.reap(now);
+                    tokio::task::yield_now().await;
+                }
+                reaped
+            })
+        };
+        for handle in handles {
+            handle.await.unwrap();
+        }
+        reaper.await.unwrap();
+    });
+    assert!(peak.load(Ordering::SeqCst) <= MAX, "max_clients overshot");
+    let stats = f.clients.stats();
+    assert_eq!((stats.in_use, stats.waiting), (0, 0), "{stats:?}");
+    assert!(stats.clients <= MAX);
+    assert_eq!(stats.acquires, (TASKS * ROUNDS) as u64);
+    // Every client built is live, discarded or reaped, exactly once.
+    assert_eq!(
+        stats.created,
+        stats.clients as u64 + stats.discards + stats.reaps,
+        "{stats:?}"
+    );
+    assert_eq!(f.knobs.live.load(Ordering::SeqCst), stats.clients);
+    // Every live client holds one channel share, and nothing else does.
+    let channels = f.channels.stats();
+    assert_eq!(channels.clients, stats.clients as u64, "{channels:?}");
+    assert_eq!(f.live_channels.load(Ordering::SeqCst), channels.channels);
+    f.mock.increment(IDLE * 2);
+    let now = f.clock.now();
+    f.clients.reap(now);
+    f.channels.reap(now);
+    f.assert_all_reaped();
+}
