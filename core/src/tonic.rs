@@ -1,0 +1,477 @@
+//! The tonic integration (feature `tonic`): R1's nested stack — streams on clients on
+//! channels — over real gRPC.
+//!
+//! # The pieces
+//!
+//! * [`EndpointConnector`]: a [`ChannelConnector`] over `tonic::transport::Endpoint`. Each
+//!   channel is one HTTP/2 connection made with [`Endpoint::connect_lazy`], so
+//!   [`ChannelPool::get`](crate::channel::ChannelPool::get) never blocks; the connection is
+//!   dialled on the first call and redialled by tonic after it breaks.
+//! * [`ClientFn`]: a [`ClientFactory`] from a plain function of the channel, typically the
+//!   generated `FooClient::new`.
+//! * [`TonicStreamConnector`]: a [`stream::Connector`](crate::stream::Connector) that opens
+//!   each stream of a [`StreamPool`](crate::stream::StreamPool) as one bidirectional call, on a
+//!   client checked out of a [`ClientPool`]. You give it the call as a closure
+//!   ([`TonicStreamConnector::from_fn`]:
+//!   `|mut client, outbound| async move { Ok(client.method(outbound).await?.into_inner()) }`)
+//!   or as a [`StreamCall`] implementation, whose type can be named.
+//!
+//! # How resources nest
+//!
+//! The stream's driver holds the [`ClientGuard`] inside the inbound half ([`TonicInbound`]) for
+//! the stream's whole life, and the client holds its channel share. So, as in R1:
+//!
+//! * an idle stream that the stream pool reaps drops its inbound half, which returns the client
+//!   to the client pool, idle from that moment;
+//! * an idle client that the client pool reaps releases its channel share;
+//! * a channel with no clients that the channel pool reaps closes its connection.
+//!
+//! Give the three pools the same `quanta::Clock` and reap them in that order (streams, clients,
+//! channels). The stream pool notes idleness in its reaper passes, and a client's idle time
+//! starts when its stream closes, so after every guard is gone it takes a pass to note the idle
+//! streams, one idle timeout to close them (their clients come back as their drivers stop), and
+//! one more to close the clients and, in the same pass, the channels they leave empty.
+//!
+//! Each open stream holds one client: with a bounded client pool, allow at least
+//! `max_streams` clients (plus whatever else you check out), or a stream's connect waits for a
+//! client that only another stream's end can free.
+//!
+//! # Failure model
+//!
+//! * No client (the client pool is closed, `max_clients` in use and the stream pool's acquire
+//!   timed out, or the factory failed): the connect fails with [`TonicStreamError::Client`];
+//!   nothing was sent.
+//! * The call fails before the stream opens (server down: tonic reports `UNAVAILABLE` with the
+//!   transport error): [`TonicStreamError::Status`] from the connect; every caller that joined
+//!   the stream gets `RequestError::Connect` (not sent, safe to retry), and it counts toward the
+//!   stream pool's circuit breaker.
+//! * The stream breaks or the server ends it: the stream pool fails the requests in flight on
+//!   it as maybe applied and the queued ones as not sent (see [`crate::stream`]). The client
+//!   goes back to the pool: a tonic client is a handle over the channel, which redials by
+//!   itself, so a broken stream does not make the client unusable.
+//! * Per-request failures belong in the response message (a status field), never in the gRPC
+//!   status of the stream, so one bad request does not tear the stream down.
+//!
+//! This module owns only the glue; pooling is [`crate::channel`]'s, [`crate::client`]'s and
+//! [`crate::stream`]'s.
+//!
+//! # Example
+//!
+//! A GetPage-like service with a generated client `PageServiceClient` (a stand-in is defined
+//! in the hidden lines; `slotpool-bench` has the real generated one, and its `tests/grpc.rs`
+//! runs this wiring against a tonic server):
+//!
+//! ```no_run
+//! # mod generated {
+//! #     use slotpool::stream::{StreamRequest, StreamResponse};
+//! #     pub struct GetPageRequest { pub request_id: Option<u64>, pub block: u32 }
+//! #     pub struct GetPageResponse { pub request_id: u64, pub status: i32, pub page: Vec<u8> }
+//! #     impl StreamRequest for GetPageRequest {
+//! #         fn request_id(&self) -> Option<u64> { self.request_id }
+//! #         fn set_request_id(&mut self, id: u64) { self.request_id = Some(id) }
+//! #     }
+//! #     impl StreamResponse for GetPageResponse {
+//! #         fn request_id(&self) -> u64 { self.request_id }
+//! #     }
+//! #     #[derive(Clone)]
+//! #     pub struct PageServiceClient<T>(T);
+//! #     impl PageServiceClient<tonic::transport::Channel> {
+//! #         pub fn new(channel: tonic::transport::Channel) -> Self { Self(channel) }
+//! #         pub async fn get_pages(
+//! #             &mut self,
+//! #             _requests: impl futures_core::Stream<Item = GetPageRequest> + Send + 'static,
+//! #         ) -> Result<tonic::Response<tonic::Streaming<GetPageResponse>>, tonic::Status> {
+//! #             unimplemented!()
+//! #         }
+//! #     }
+//! # }
+//! use std::time::Duration;
+//!
+//! use generated::{GetPageRequest, PageServiceClient};
+//! use slotpool::channel::ChannelPool;
+//! use slotpool::client::ClientPool;
+//! use slotpool::stream::StreamPool;
+//! use slotpool::tonic::{ClientFn, EndpointConnector, TonicStreamConnector};
+//! use tonic::transport::Endpoint;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let endpoint = Endpoint::from_static("http://127.0.0.1:50051")
+//!     .connect_timeout(Duration::from_secs(1));
+//! let channels = ChannelPool::builder(EndpointConnector::new(endpoint))
+//!     .max_clients_per_channel(16)
+//!     .build()?;
+//! let clients = ClientPool::builder(channels, ClientFn::new(PageServiceClient::new))
+//!     .max_clients(Some(64))
+//!     .build()?;
+//! let connector = TonicStreamConnector::from_fn(
+//!     clients,
+//!     |mut client: PageServiceClient<_>, outbound| async move {
+//!         Ok(client.get_pages(outbound).await?.into_inner())
+//!     },
+//! );
+//! let streams = StreamPool::builder(connector)
+//!     .max_streams(64)
+//!     .max_queue_depth(8)
+//!     .breaker(5, Duration::from_secs(1))
+//!     .build()?;
+//!
+//! let guard = streams.acquire_timeout(Duration::from_millis(100)).await?;
+//! match guard.send(GetPageRequest { request_id: None, block: 7 }).await {
+//!     Ok(response) => println!("{} bytes, status {}", response.page.len(), response.status),
+//!     // `reach()` says whether the request may have been applied (a retry is safe if not).
+//!     Err(error) => println!("{error} ({})", error.reach()),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use ::tonic::transport::{Channel, Endpoint};
+use ::tonic::{Status, Streaming};
+use futures_core::Stream;
+
+use crate::channel::ChannelConnector;
+use crate::client::{ClientError, ClientFactory, ClientGuard, ClientPool};
+use crate::stream::{Connector, Outbound, StreamRequest, StreamResponse};
+use crate::sync::Arc;
+
+/// Creates tonic channels with [`Endpoint::connect_lazy`]: one HTTP/2 connection each, dialled
+/// on first use. Configure timeouts, keep-alive and the like on the [`Endpoint`].
+#[derive(Debug, Clone)]
+pub struct EndpointConnector {
+    endpoint: Endpoint,
+}
+
+impl EndpointConnector {
+    /// Channels to `endpoint`.
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self { endpoint }
+    }
+
+    /// The endpoint channels are made from.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
+impl From<Endpoint> for EndpointConnector {
+    fn from(endpoint: Endpoint) -> Self {
+        Self::new(endpoint)
+    }
+}
+
+impl ChannelConnector for EndpointConnector {
+    type Channel = Channel;
+
+    fn connect_lazy(&self, id: u64) -> Channel {
+        tracing::debug!(channel = id, uri = %self.endpoint.uri(), "tonic channel created (lazy)");
+        self.endpoint.connect_lazy()
+    }
+}
+
+/// A [`ClientFactory`] from a function of the channel that cannot fail, such as a generated
+/// `FooClient::new`.
+#[derive(Clone, Copy)]
+pub struct ClientFn<F> {
+    make: F,
+}
+
+impl<F> ClientFn<F> {
+    /// A factory calling `make` with a clone of the channel.
+    pub fn new(make: F) -> Self {
+        Self { make }
+    }
+}
+
+impl<F> fmt::Debug for ClientFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientFn").finish_non_exhaustive()
+    }
+}
+
+impl<Ch, F, Cl> ClientFactory<Ch> for ClientFn<F>
+where
+    Ch: Clone + Send + Sync + 'static,
+    F: Fn(Ch) -> Cl + Send + Sync + 'static,
+    Cl: Send + 'static,
+{
+    type Client = Cl;
+    type Error = Infallible;
+
+    fn make(&self, channel: &Ch) -> impl Future<Output = Result<Cl, Infallible>> + Send {
+        let client = (self.make)(channel.clone());
+        std::future::ready(Ok(client))
+    }
+}
+
+/// Why a tonic stream failed to open, or failed once open.
+#[derive(Debug, thiserror::Error)]
+pub enum TonicStreamError<E: std::error::Error + 'static> {
+    /// No client could be checked out for the stream; nothing was sent.
+    #[error("no client for the stream: {0}")]
+    Client(#[source] ClientError<E>),
+    /// The call failed to open, or the open stream failed, with this gRPC status.
+    #[error("gRPC stream failed: {0}")]
+    Status(#[source] Status),
+}
+
+impl<E: std::error::Error + 'static> TonicStreamError<E> {
+    /// The gRPC status code, when the error is a status.
+    pub fn code(&self) -> Option<::tonic::Code> {
+        match self {
+            TonicStreamError::Status(status) => Some(status.code()),
+            TonicStreamError::Client(_) => None,
+        }
+    }
+}
+
+/// The bidirectional call that opens one stream: given a client (a clone of the pooled one;
+/// tonic clients are cheap handles over their channel) and the outbound half, perform the call
+/// and return the inbound `Streaming`.
+///
+/// Implement it on a unit struct when the connector's type must be named (to keep the pool in
+/// a struct field, say); otherwise [`TonicStreamConnector::from_fn`] takes a closure.
+///
+/// ```no_run
+/// # use slotpool::stream::{Outbound, StreamRequest, StreamResponse};
+/// # use slotpool::tonic::StreamCall;
+/// # pub struct Req(Option<u64>);
+/// # pub struct Resp(u64);
+/// # impl StreamRequest for Req {
+/// #     fn request_id(&self) -> Option<u64> { self.0 }
+/// #     fn set_request_id(&mut self, id: u64) { self.0 = Some(id) }
+/// # }
+/// # impl StreamResponse for Resp { fn request_id(&self) -> u64 { self.0 } }
+/// # #[derive(Clone)]
+/// # pub struct PageServiceClient;
+/// # impl PageServiceClient {
+/// #     pub async fn get_pages(
+/// #         &mut self,
+/// #         _requests: impl futures_core::Stream<Item = Req> + Send + 'static,
+/// #     ) -> Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status> {
+/// #         unimplemented!()
+/// #     }
+/// # }
+/// /// `PageService.GetPages`.
+/// struct GetPages;
+///
+/// impl StreamCall<PageServiceClient> for GetPages {
+///     type Request = Req;
+///     type Response = Resp;
+///
+///     async fn call(
+///         &self,
+///         mut client: PageServiceClient,
+///         outbound: Outbound<Req>,
+///     ) -> Result<tonic::Streaming<Resp>, tonic::Status> {
+///         Ok(client.get_pages(outbound).await?.into_inner())
+///     }
+/// }
+/// ```
+pub trait StreamCall<Client>: Send + Sync + 'static {
+    /// The request message.
+    type Request: StreamRequest;
+    /// The response message.
+    type Response: StreamResponse;
+
+    /// Performs the call. Runs on the stream's driver task.
+    fn call(
+        &self,
+        client: Client,
+        outbound: Outbound<Self::Request>,
+    ) -> impl Future<Output = Result<Streaming<Self::Response>, Status>> + Send;
+}
+
+/// A [`StreamCall`] from a closure; see [`TonicStreamConnector::from_fn`].
+pub struct CallFn<F, Req, Resp> {
+    call: F,
+    _messages: PhantomData<fn(Req) -> Resp>,
+}
+
+impl<F, Req, Resp> CallFn<F, Req, Resp> {
+    /// Wraps `call`.
+    pub fn new(call: F) -> Self {
+        Self {
+            call,
+            _messages: PhantomData,
+        }
+    }
+}
+
+impl<F, Req, Resp> fmt::Debug for CallFn<F, Req, Resp> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallFn").finish_non_exhaustive()
+    }
+}
+
+impl<Client, F, Fut, Req, Resp> StreamCall<Client> for CallFn<F, Req, Resp>
+where
+    F: Fn(Client, Outbound<Req>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Streaming<Resp>, Status>> + Send,
+    Req: StreamRequest,
+    Resp: StreamResponse,
+{
+    type Request = Req;
+    type Response = Resp;
+
+    fn call(
+        &self,
+        client: Client,
+        outbound: Outbound<Req>,
+    ) -> impl Future<Output = Result<Streaming<Resp>, Status>> + Send {
+        (self.call)(client, outbound)
+    }
+}
+
+/// Opens each stream of a [`StreamPool`](crate::stream::StreamPool) as one bidirectional tonic
+/// call on a client from a [`ClientPool`]. See the [module documentation](self).
+///
+/// The [`StreamCall`] gets a clone of the pooled client and the outbound half. The checked-out
+/// [`ClientGuard`] stays with the stream (inside [`TonicInbound`]) until the stream ends or is
+/// reaped, so the client is exclusive to that stream meanwhile.
+pub struct TonicStreamConnector<C, F, Call>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    clients: Arc<ClientPool<C, F>>,
+    call: Call,
+}
+
+impl<C, F, Call> TonicStreamConnector<C, F, Call>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+    F::Client: Clone,
+    Call: StreamCall<F::Client>,
+{
+    /// A connector opening streams with `call` on clients from `clients`.
+    pub fn new(clients: Arc<ClientPool<C, F>>, call: Call) -> Self {
+        Self { clients, call }
+    }
+}
+
+impl<C, F, Fn_, Fut, Req, Resp> TonicStreamConnector<C, F, CallFn<Fn_, Req, Resp>>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+    F::Client: Clone,
+    Fn_: Fn(F::Client, Outbound<Req>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Streaming<Resp>, Status>> + Send,
+    Req: StreamRequest,
+    Resp: StreamResponse,
+{
+    /// A connector opening streams with the closure `call` on clients from `clients`:
+    /// `|mut client, outbound| async move { Ok(client.method(outbound).await?.into_inner()) }`.
+    pub fn from_fn(clients: Arc<ClientPool<C, F>>, call: Fn_) -> Self {
+        Self::new(clients, CallFn::new(call))
+    }
+}
+
+impl<C, F, Call> TonicStreamConnector<C, F, Call>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    /// The client pool streams take their clients from.
+    pub fn clients(&self) -> &Arc<ClientPool<C, F>> {
+        &self.clients
+    }
+}
+
+impl<C, F, Call> fmt::Debug for TonicStreamConnector<C, F, Call>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TonicStreamConnector")
+            .field("clients", &self.clients)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, F, Call> Connector for TonicStreamConnector<C, F, Call>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+    F::Client: Clone,
+    Call: StreamCall<F::Client>,
+{
+    type Request = Call::Request;
+    type Response = Call::Response;
+    type Error = TonicStreamError<F::Error>;
+    type Inbound = TonicInbound<C, F, Call::Response>;
+
+    /// Checks out a client, then performs the call on a clone of it.
+    ///
+    /// Cancel-safety (the stream pool drops this future only when it shuts down): dropping it
+    /// while it waits for a client takes nothing; dropping it during the call returns the
+    /// client to the pool and abandons the call.
+    async fn connect(
+        &self,
+        outbound: Outbound<Call::Request>,
+    ) -> Result<Self::Inbound, TonicStreamError<F::Error>> {
+        let client = self
+            .clients
+            .acquire()
+            .await
+            .map_err(TonicStreamError::Client)?;
+        let streaming = self
+            .call
+            .call((*client).clone(), outbound)
+            .await
+            .map_err(TonicStreamError::Status)?;
+        Ok(TonicInbound {
+            streaming,
+            _client: Box::new(client),
+        })
+    }
+}
+
+/// The inbound half of a tonic stream: the call's `Streaming`, with the stream's client checked
+/// out until this is dropped (see [`TonicStreamConnector`]).
+pub struct TonicInbound<C, F, Resp>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    streaming: Streaming<Resp>,
+    /// Held, never read: keeps the client (and its channel share) in use by this stream.
+    /// Boxed so that the inbound half is `Unpin` whatever the client type.
+    _client: Box<ClientGuard<C, F>>,
+}
+
+impl<C, F, Resp> fmt::Debug for TonicInbound<C, F, Resp>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TonicInbound")
+            .field("client", &self._client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, F, Resp> Stream for TonicInbound<C, F, Resp>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+    Resp: Send + 'static,
+{
+    type Item = Result<Resp, TonicStreamError<F::Error>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        Pin::new(&mut this.streaming)
+            .poll_next(cx)
+            .map(|item| item.map(|result| result.map_err(TonicStreamError::Status)))
+    }
+}
