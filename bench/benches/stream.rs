@@ -1,1 +1,146 @@
-fn main(){}
+//! Criterion groups for the stream cases: `slotpool`, `reference` (R1) and `floor` side by
+//! side, timing the very runners `slotpool-bench` uses (`slotpool_bench::stream_cases`).
+//!
+//! `cargo bench -p slotpool-bench --bench stream` measures; `-- --test` runs each benchmark
+//! once (the CI smoke). The floor is left out of `stream/saturated` (it cannot wait) and
+//! `stream/round-trip` (it routes nothing); see `stream_cases`' module documentation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use slotpool_bench::fixtures::{EchoConnector, NoopConnector};
+use slotpool_bench::report::Floor;
+use slotpool_bench::stream_cases::*;
+
+fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    group
+}
+
+/// Runs at least `iters` operations as `per_task × tasks` and scales the time back to `iters`.
+fn per_task(iters: u64, tasks: usize) -> (u64, impl Fn(Duration) -> Duration) {
+    let per = iters.div_ceil(tasks as u64).max(1);
+    let ran = per * tasks as u64;
+    (per, move |d: Duration| d.mul_f64(iters as f64 / ran as f64))
+}
+
+fn uncontended(c: &mut Criterion) {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
+    prewarm_slotpool(&rt, &pool, 1, 1);
+    let reference = NoopRef::new(NoopConnector, Some(STREAMS), DEPTH);
+    prewarm_reference(&rt, &reference, 1, 1);
+    let floor = Floor::new(STREAMS * DEPTH);
+    let mut group = configure(c, UNCONTENDED);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(&pool, iters)))
+    });
+    group.bench_function("reference", |b| {
+        b.iter_custom(|iters| rt.block_on(reference_acquire_release(&reference, iters)))
+    });
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| floor_acquire_release(&floor, iters))
+    });
+    group.finish();
+}
+
+fn scan(c: &mut Criterion) {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, SCAN_STREAMS, DEPTH);
+    let held = fill_slotpool(&rt, &pool);
+    let reference = NoopRef::new(NoopConnector, Some(SCAN_STREAMS), DEPTH);
+    let ref_held = fill_reference(&rt, &reference);
+    let floor = Floor::new(SCAN_STREAMS * DEPTH);
+    let mut group = configure(c, SCAN);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(&pool, iters)))
+    });
+    group.bench_function("reference", |b| {
+        b.iter_custom(|iters| rt.block_on(reference_acquire_release(&reference, iters)))
+    });
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| floor_acquire_release(&floor, iters))
+    });
+    group.finish();
+    drop(held);
+    drop(ref_held);
+}
+
+fn tasks(c: &mut Criterion) {
+    let rt = multi_thread(WORKERS);
+    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH));
+    prewarm_slotpool(&rt, &pool, 1, 1);
+    let reference = Arc::new(NoopRef::new(NoopConnector, Some(STREAMS), DEPTH));
+    prewarm_reference(&rt, &reference, 1, 1);
+    let floor = Arc::new(Floor::new(STREAMS * DEPTH));
+    let mut group = configure(c, TASKS);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, TASK_COUNT);
+            scale(rt.block_on(slotpool_tasks(&pool, TASK_COUNT, per)))
+        })
+    });
+    group.bench_function("reference", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, TASK_COUNT);
+            scale(rt.block_on(reference_tasks(&reference, TASK_COUNT, per)))
+        })
+    });
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, TASK_COUNT);
+            scale(rt.block_on(floor_tasks(&floor, TASK_COUNT, per)))
+        })
+    });
+    group.finish();
+}
+
+fn saturated(c: &mut Criterion) {
+    let rt = multi_thread(WORKERS);
+    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
+    prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
+    let reference = Arc::new(NoopRef::new(NoopConnector, Some(SAT_STREAMS), SAT_DEPTH));
+    prewarm_reference(&rt, &reference, SAT_STREAMS, SAT_DEPTH);
+    let mut group = configure(c, SATURATED);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, SAT_TASKS);
+            scale(rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per)).0)
+        })
+    });
+    group.bench_function("reference", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, SAT_TASKS);
+            scale(
+                rt.block_on(reference_saturated(&reference, SAT_TASKS, per))
+                    .0,
+            )
+        })
+    });
+    group.finish();
+}
+
+fn round_trip(c: &mut Criterion) {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, EchoConnector, STREAMS, DEPTH);
+    prewarm_slotpool(&rt, &pool, 1, 1);
+    let reference = EchoRef::new(EchoConnector, Some(STREAMS), DEPTH);
+    prewarm_reference(&rt, &reference, 1, 1);
+    let mut group = configure(c, ROUND_TRIP);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| rt.block_on(slotpool_round_trip(&pool, iters)))
+    });
+    group.bench_function("reference", |b| {
+        b.iter_custom(|iters| rt.block_on(reference_round_trip(&reference, iters)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, uncontended, scan, tasks, saturated, round_trip);
+criterion_main!(benches);

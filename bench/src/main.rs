@@ -1,1 +1,141 @@
-fn main(){}
+//! `slotpool-bench`: the side-by-side comparison of slotpool, the reference designs and the
+//! floor. Prints a table per case, writes the records as JSON and the ratios as an SVG chart.
+//!
+//! ```text
+//! cargo run --release -p slotpool-bench [-- --quick|--smoke] [--json PATH] [--svg PATH] [--only PREFIX]
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use slotpool_bench::report::{self, Record, Settings};
+use slotpool_bench::{chart, client_cases, e2e_cases, keyed, session, stream_cases};
+
+const USAGE: &str = "\
+usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
+
+  --quick         fewer repeats and operations (about 20 s)
+  --smoke         proves every case runs; measures nothing worth reading
+  --json PATH     where to write the records (default target/slotpool-bench/results.json)
+  --svg PATH      where to write the ratio chart (default target/slotpool-bench/ratios.svg)
+  --only PREFIX   run only the cases whose name starts with PREFIX (e.g. stream/saturated)
+  -h, --help      this message";
+
+struct Args {
+    settings: Settings,
+    mode: &'static str,
+    json: PathBuf,
+    svg: PathBuf,
+    only: Option<String>,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut parsed = Args {
+        settings: Settings::full(),
+        mode: "full",
+        json: default_dir().join("results.json"),
+        svg: default_dir().join("ratios.svg"),
+        only: None,
+    };
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--quick" => (parsed.settings, parsed.mode) = (Settings::quick(), "quick"),
+            "--smoke" => (parsed.settings, parsed.mode) = (Settings::smoke(), "smoke"),
+            "--json" => parsed.json = PathBuf::from(value("--json")?),
+            "--svg" => parsed.svg = PathBuf::from(value("--svg")?),
+            "--only" => parsed.only = Some(value("--only")?),
+            // `cargo bench` passes `--bench` to every target; accept and ignore it.
+            "--bench" => {}
+            "-h" | "--help" => return Ok(None),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(Some(parsed))
+}
+
+/// `target/slotpool-bench` of the workspace (wherever the binary is run from).
+fn default_dir() -> PathBuf {
+    let bench = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    bench
+        .parent()
+        .unwrap_or(bench)
+        .join("target")
+        .join("slotpool-bench")
+}
+
+/// Whether a group of cases named `group/...` can hold a case matching `only`.
+fn group_wanted(only: Option<&str>, group: &str) -> bool {
+    only.is_none_or(|p| group.starts_with(p) || p.starts_with(group))
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("slotpool-bench: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let only = args.only.as_deref();
+    let wanted = |case: &str| only.is_none_or(|p| case.starts_with(p));
+    let settings = args.settings;
+    println!(
+        "slotpool-bench: {} run ({} repeats, ops scale {}), medians of interleaved repeats",
+        args.mode, settings.repeats, settings.scale
+    );
+    let started = std::time::Instant::now();
+
+    let mut records: Vec<Record> = Vec::new();
+    if group_wanted(only, "stream/") {
+        records.extend(stream_cases::compare_only(&settings, wanted));
+    }
+    if group_wanted(only, "keyed/") {
+        records.extend(keyed::compare(&settings));
+    }
+    if group_wanted(only, "session/") {
+        records.extend(session::compare(&settings));
+    }
+    if group_wanted(only, "client/") {
+        records.extend(client_cases::compare(&settings));
+    }
+    if group_wanted(only, "e2e/") {
+        records.extend(e2e_cases::compare(&settings));
+    }
+    records.retain(|r| wanted(&r.case));
+
+    print!("\n{}", report::table(&records));
+    println!("total {:.1} s", started.elapsed().as_secs_f64());
+
+    if records.is_empty() {
+        eprintln!("slotpool-bench: no case matches {:?}", only.unwrap_or(""));
+        return ExitCode::from(2);
+    }
+    if let Err(error) = report::write_json(&args.json, &records) {
+        eprintln!(
+            "slotpool-bench: cannot write {}: {error}",
+            args.json.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let svg = chart::ratios_svg(&records);
+    let written = args
+        .svg
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&args.svg, svg));
+    if let Err(error) = written {
+        eprintln!(
+            "slotpool-bench: cannot write {}: {error}",
+            args.svg.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("wrote {} and {}", args.json.display(), args.svg.display());
+    ExitCode::SUCCESS
+}

@@ -4,14 +4,21 @@
 mod sync;
 
 pub mod breaker;
+pub mod channel;
+pub mod client;
 pub mod error;
+pub mod flight;
 pub mod gate;
 #[cfg(not(slotpool_loom))]
+pub mod keyed;
 pub mod limit;
 #[cfg(not(slotpool_loom))]
+pub mod session;
 pub mod slots;
 #[cfg(not(slotpool_loom))]
 pub mod stream;
+#[cfg(all(feature = "tonic", not(slotpool_loom)))]
+pub mod tonic;
 
 pub use error::{AcquireError, Closed, ConfigError, Reach, TryAcquireError};
 pub use gate::{Gate, WaitState, Waiter};

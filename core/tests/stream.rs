@@ -73,7 +73,11 @@ async fn callers_join_a_stream_while_it_starts() {
     let first = pool.acquire().await.unwrap();
     let second = pool.acquire().await.unwrap();
     assert_eq!(pool.stats().table.starting, 1);
-    assert_eq!(pool.stats().spin_ups, 1, "the joiner did not start another stream");
+    assert_eq!(
+        pool.stats().spin_ups,
+        1,
+        "the joiner did not start another stream"
+    );
     let (r1, r2, ()) = tokio::join!(first.send(Req::new(1)), second.send(Req::new(2)), async {
         tokio::task::yield_now().await;
         hold.add_permits(1);
@@ -212,7 +216,11 @@ async fn stream_failure_fails_its_callers_with_reach_and_spares_other_streams() 
     // The failed slot is Empty again and the next acquire opens a fresh stream there.
     settle(|| pool.stats().table.empty == 1).await;
     let again = pool.try_acquire().unwrap();
-    assert_eq!(again.stream_index(), Some(1), "stream 1 has room and is preferred");
+    assert_eq!(
+        again.stream_index(),
+        Some(1),
+        "stream 1 has room and is preferred"
+    );
     let full = pool.try_acquire().unwrap();
     assert_eq!(full.stream_index(), Some(1));
     let fresh = pool.try_acquire().unwrap();
@@ -234,7 +242,10 @@ async fn connect_failure_fails_joined_callers_as_not_sent_and_recovers() {
     let (ra, rb) = tokio::join!(a.send(Req::new(1)), b.send(Req::new(2)));
     for err in [ra.unwrap_err(), rb.unwrap_err()] {
         assert!(
-            matches!(err, RequestError::Connect { .. } | RequestError::StreamEnded { .. }),
+            matches!(
+                err,
+                RequestError::Connect { .. } | RequestError::StreamEnded { .. }
+            ),
             "{err:?}"
         );
         assert_eq!(err.reach(), Reach::NotSent);
@@ -259,7 +270,11 @@ async fn depth_stays_taken_until_the_response_when_the_caller_cancels() {
     let mut server = streams.recv().await.unwrap();
     let req = server.next_request().await.unwrap();
     drop(send); // the caller gives up after its request went on the wire
-    assert_eq!(pool.stats().table.in_flight, 1, "depth is held by the request on the wire");
+    assert_eq!(
+        pool.stats().table.in_flight,
+        1,
+        "depth is held by the request on the wire"
+    );
     assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
     server.respond(req.id.unwrap(), 1);
     settle(|| pool.stats().late_responses == 1).await;
@@ -298,13 +313,20 @@ async fn idle_streams_are_reaped_on_the_mock_clock_and_busy_ones_are_not() {
     a.send(Req::new(1)).await.unwrap();
     settle(|| pool.stats().table.ready == 2).await;
     // Stream 1 stays busy (b is held); stream 0 goes idle.
-    assert_eq!(pool.reap(clock.now()), 0, "first pass only notes the idle stream");
+    assert_eq!(
+        pool.reap(clock.now()),
+        0,
+        "first pass only notes the idle stream"
+    );
     mock.increment(Duration::from_secs(9));
     assert_eq!(pool.reap(clock.now()), 0, "not idle long enough");
     mock.increment(Duration::from_secs(2));
     assert_eq!(pool.reap(clock.now()), 1);
     let stats = pool.stats();
-    assert_eq!((stats.reaps, stats.table.empty, stats.table.ready), (1, 1, 1));
+    assert_eq!(
+        (stats.reaps, stats.table.empty, stats.table.ready),
+        (1, 1, 1)
+    );
     // A stream used between passes is not reaped.
     drop(b);
     assert_eq!(pool.reap(clock.now()), 0);
@@ -312,7 +334,11 @@ async fn idle_streams_are_reaped_on_the_mock_clock_and_busy_ones_are_not() {
     assert_eq!(c.stream_index(), Some(1));
     drop(c);
     mock.increment(Duration::from_secs(11));
-    assert_eq!(pool.reap(clock.now()), 0, "used since the last pass: idle time restarts");
+    assert_eq!(
+        pool.reap(clock.now()),
+        0,
+        "used since the last pass: idle time restarts"
+    );
     mock.increment(Duration::from_secs(11));
     assert_eq!(pool.reap(clock.now()), 1);
     assert_eq!(pool.stats().table.empty, 2);
@@ -338,7 +364,11 @@ async fn acquire_timeout_and_close_resolve_waiters_with_typed_errors() {
         .unwrap_err();
     assert!(matches!(err, AcquireError::Timeout { .. }));
     assert_eq!(err.reach(), Reach::NotSent);
-    assert_eq!(pool.stats().table.waiting, 0, "the timed-out waiter left the queue");
+    assert_eq!(
+        pool.stats().table.waiting,
+        0,
+        "the timed-out waiter left the queue"
+    );
     let mut waiting = pin!(pool.acquire());
     assert!(poll_once(waiting.as_mut()).is_pending());
     pool.close();
@@ -476,7 +506,10 @@ async fn breaker_opens_fails_fast_then_half_opens_one_probe() {
     // After the backoff one probe goes through; it fails (third scripted failure): open again.
     mock.increment(Duration::from_secs(5));
     let probe = pool.try_acquire().unwrap();
-    assert_eq!(pool.stats().breaker, slotpool::breaker::BreakerState::HalfOpen);
+    assert_eq!(
+        pool.stats().breaker,
+        slotpool::breaker::BreakerState::HalfOpen
+    );
     assert!(matches!(
         pool.try_acquire(),
         Err(TryAcquireError::Unavailable { .. })
@@ -487,7 +520,10 @@ async fn breaker_opens_fails_fast_then_half_opens_one_probe() {
     mock.increment(Duration::from_secs(5));
     let probe = pool.try_acquire().unwrap();
     assert_eq!(probe.send(Req::new(3)).await.unwrap().body, 3);
-    assert_eq!(pool.stats().breaker, slotpool::breaker::BreakerState::Closed);
+    assert_eq!(
+        pool.stats().breaker,
+        slotpool::breaker::BreakerState::Closed
+    );
     let again = pool.acquire().await.unwrap();
     assert_eq!(again.send(Req::new(4)).await.unwrap().body, 4);
     assert!(pool.stats().breaker_rejections >= 3);
@@ -507,7 +543,11 @@ async fn min_streams_are_prewarmed_and_kept_through_reaping() {
         .build()
         .unwrap();
     settle(|| pool.stats().table.ready == 2).await;
-    assert_eq!(pool.stats().table.in_flight, 0, "prewarmed streams hold no load");
+    assert_eq!(
+        pool.stats().table.in_flight,
+        0,
+        "prewarmed streams hold no load"
+    );
     assert_eq!(script.connects.load(Ordering::SeqCst), 2);
     // A third stream opened under load is reaped when idle; the first two stay.
     let guards: Vec<_> = (0..3).map(|_| pool.try_acquire().unwrap()).collect();

@@ -32,7 +32,11 @@ fn assert_all_capacity_visible(table: &SlotTable, slots: usize, max_load: u32) {
     let mut taken = Vec::new();
     let free = slots as u64 * u64::from(max_load) - stats.in_flight;
     for _ in 0..free {
-        taken.push(table.try_reserve().expect("capacity hidden by a stale hint"));
+        taken.push(
+            table
+                .try_reserve()
+                .expect("capacity hidden by a stale hint"),
+        );
     }
     assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
     for r in taken {
@@ -161,7 +165,11 @@ fn growth_vs_reserve() {
         let theirs = other.join().unwrap();
         assert!(mine.index() >= first && theirs.index() >= first);
         assert_ne!(mine.index(), theirs.index());
-        assert_eq!(table.stats().slots, 2 * first, "grew by exactly one segment");
+        assert_eq!(
+            table.stats().slots,
+            2 * first,
+            "grew by exactly one segment"
+        );
         // Live slots stayed where they were.
         for r in &held {
             assert!(table.is_current(r));

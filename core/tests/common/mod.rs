@@ -146,7 +146,10 @@ impl Connector for TestConnector {
     async fn connect(&self, outbound: Outbound<Req>) -> Result<Inbound, TestError> {
         let script = &self.0;
         if let Some(hold) = &script.hold {
-            hold.acquire().await.map_err(|_| TestError("hold closed"))?.forget();
+            hold.acquire()
+                .await
+                .map_err(|_| TestError("hold closed"))?
+                .forget();
         }
         script.connects.fetch_add(1, Ordering::SeqCst);
         let failing = script

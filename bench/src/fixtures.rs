@@ -1,0 +1,169 @@
+//! Test connectors shared by the stream benchmarks: one type each, used by slotpool's
+//! [`StreamPool`](slotpool::stream::StreamPool) and by the R1 reference
+//! ([`crate::stream_ref`]), so that only the pool differs between them.
+//!
+//! * [`NoopConnector`]: a stream that opens at once and never answers. The acquire/release
+//!   cases never send, so the stream only has to exist.
+//! * [`EchoConnector`]: an in-process "server" whose inbound half is the outbound half mapped
+//!   to `Ok` responses: every request comes straight back as its own response, so a round trip
+//!   costs exactly the pool's forwarding and routing.
+//!
+//! Each connector implements both [`Connector`] (slotpool's trait, which hands it an
+//! [`Outbound`]) and [`RefConnector`] (the reference's, which hands it a [`RefOutbound`]).
+//! Two traits only because `slotpool::stream::Outbound` has no public constructor, so code
+//! outside `slotpool` cannot call `Connector::connect`; the stream each one builds is the
+//! same generic type in both cases ([`Never`] or [`Echo`]).
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use slotpool::stream::{Connector, Outbound, StreamRequest, StreamResponse};
+
+use crate::stream_ref::{RefConnector, RefOutbound};
+
+/// A request (and, echoed, a response): an id and a small payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Msg {
+    /// The request id; `None` lets the pool assign one.
+    pub id: Option<u64>,
+    /// Payload, carried through unchanged.
+    pub body: u64,
+}
+
+impl Msg {
+    /// A request with a caller-chosen id.
+    pub fn new(id: u64, body: u64) -> Self {
+        Self { id: Some(id), body }
+    }
+}
+
+impl StreamRequest for Msg {
+    fn request_id(&self) -> Option<u64> {
+        self.id
+    }
+
+    fn set_request_id(&mut self, id: u64) {
+        self.id = Some(id);
+    }
+}
+
+impl StreamResponse for Msg {
+    fn request_id(&self) -> u64 {
+        self.id.unwrap_or(u64::MAX)
+    }
+}
+
+/// Inbound half of a stream that never answers; holds the outbound half so the stream stays
+/// open (requests, if any, are accepted and ignored).
+pub struct Never<O> {
+    _outbound: O,
+}
+
+impl<O> fmt::Debug for Never<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Never").finish_non_exhaustive()
+    }
+}
+
+impl<O: Unpin> Stream for Never<O> {
+    type Item = Result<Msg, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Poll::Pending
+    }
+}
+
+/// Inbound half of the echo stream: the outbound requests, each as an `Ok` response.
+pub struct Echo<O> {
+    outbound: O,
+    _msg: PhantomData<fn() -> Msg>,
+}
+
+impl<O> fmt::Debug for Echo<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Echo").finish_non_exhaustive()
+    }
+}
+
+impl<O: Stream<Item = Msg> + Unpin> Stream for Echo<O> {
+    type Item = Result<Msg, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.outbound)
+            .poll_next(cx)
+            .map(|m| m.map(Ok))
+    }
+}
+
+/// Opens streams that never answer (for the acquire/release cases).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopConnector;
+
+impl Connector for NoopConnector {
+    type Request = Msg;
+    type Response = Msg;
+    type Error = Infallible;
+    type Inbound = Never<Outbound<Msg>>;
+
+    fn connect(
+        &self,
+        outbound: Outbound<Msg>,
+    ) -> impl Future<Output = Result<Never<Outbound<Msg>>, Infallible>> + Send {
+        std::future::ready(Ok(Never {
+            _outbound: outbound,
+        }))
+    }
+}
+
+impl RefConnector for NoopConnector {
+    type RefInbound = Never<RefOutbound<Msg>>;
+
+    fn connect_ref(
+        &self,
+        outbound: RefOutbound<Msg>,
+    ) -> impl Future<Output = Result<Never<RefOutbound<Msg>>, Infallible>> + Send {
+        std::future::ready(Ok(Never {
+            _outbound: outbound,
+        }))
+    }
+}
+
+/// Opens in-process echo streams (for the round-trip case).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoConnector;
+
+impl Connector for EchoConnector {
+    type Request = Msg;
+    type Response = Msg;
+    type Error = Infallible;
+    type Inbound = Echo<Outbound<Msg>>;
+
+    fn connect(
+        &self,
+        outbound: Outbound<Msg>,
+    ) -> impl Future<Output = Result<Echo<Outbound<Msg>>, Infallible>> + Send {
+        std::future::ready(Ok(Echo {
+            outbound,
+            _msg: PhantomData,
+        }))
+    }
+}
+
+impl RefConnector for EchoConnector {
+    type RefInbound = Echo<RefOutbound<Msg>>;
+
+    fn connect_ref(
+        &self,
+        outbound: RefOutbound<Msg>,
+    ) -> impl Future<Output = Result<Echo<RefOutbound<Msg>>, Infallible>> + Send {
+        std::future::ready(Ok(Echo {
+            outbound,
+            _msg: PhantomData,
+        }))
+    }
+}

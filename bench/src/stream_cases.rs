@@ -1,0 +1,596 @@
+//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::stream_ref`]) and the
+//! floor ([`Floor`]) side by side, over the same connectors ([`crate::fixtures`]).
+//!
+//! | case | what it measures |
+//! |---|---|
+//! | `stream/uncontended` | one task, acquire then drop the guard; 64 streams × depth 8, one open |
+//! | `stream/256-streams-240-full` | as above with 256 open streams, the lowest 240 full: the scan cost |
+//! | `stream/8-tasks-2-workers` | 8 tasks looping acquire → drop on a 2-worker runtime, 64 × 8 |
+//! | `stream/saturated` | 64 tasks for 16 slots (4 × 4), each holding its guard across one yield: throughput and wait percentiles |
+//! | `stream/round-trip` | acquire, send one request through a stream task to an in-process echo, await the response |
+//!
+//! The floor is measured where it means something: the acquire/release cases. In
+//! `stream/saturated` a caller must *wait*, and the floor has no waiting (a yield loop would
+//! measure the scheduler, not a lower bound), so it is left out there; in `stream/round-trip`
+//! there is no pool-free equivalent of routing a response, so it is left out too.
+//!
+//! Each runtime and pool is built once per case, not per repeat; the runners below (one per
+//! implementation and case) are public so that the criterion benches time the same code.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use slotpool::stream::{StreamGuard, StreamPool};
+use tokio::runtime::Runtime;
+
+use crate::fixtures::{EchoConnector, Msg, NoopConnector};
+use crate::report::{interleave, wait_histogram, Floor, Record, Runner, Sample, Settings};
+use crate::stream_ref::{RefStreamGuard, RefStreamPool};
+
+/// Case name: one task, acquire then release.
+pub const UNCONTENDED: &str = "stream/uncontended";
+/// Case name: 256 streams, the lowest 240 full.
+pub const SCAN: &str = "stream/256-streams-240-full";
+/// Case name: 8 tasks on 2 workers.
+pub const TASKS: &str = "stream/8-tasks-2-workers";
+/// Case name: 64 tasks for 16 slots.
+pub const SATURATED: &str = "stream/saturated";
+/// Case name: a request through a stream task and back.
+pub const ROUND_TRIP: &str = "stream/round-trip";
+/// Every stream case, in the order they run.
+pub const CASES: [&str; 5] = [UNCONTENDED, SCAN, TASKS, SATURATED, ROUND_TRIP];
+
+/// Queue depth per stream (all cases but `stream/saturated`).
+pub const DEPTH: usize = 8;
+/// Stream bound (uncontended, multi-task and round-trip cases).
+pub const STREAMS: usize = 64;
+/// Streams open in the scan case.
+pub const SCAN_STREAMS: usize = 256;
+/// Streams held full in the scan case (the lowest ones).
+pub const SCAN_FULL: usize = 240;
+/// Tasks in the multi-task case.
+pub const TASK_COUNT: usize = 8;
+/// Worker threads of the multi-thread runtimes.
+pub const WORKERS: usize = 2;
+/// Tasks in the saturated case.
+pub const SAT_TASKS: usize = 64;
+/// Streams in the saturated case.
+pub const SAT_STREAMS: usize = 4;
+/// Queue depth in the saturated case (`SAT_STREAMS × SAT_DEPTH` = 16 slots).
+pub const SAT_DEPTH: usize = 4;
+
+/// Full-run operation counts per repeat (scaled by [`Settings::ops`]). Chosen so the full
+/// comparison of the stream cases takes about two minutes on the 2-core dev machine and
+/// `--quick` about 20 s.
+pub mod ops {
+    /// `stream/uncontended`.
+    pub const UNCONTENDED: u64 = 6_000_000;
+    /// `stream/256-streams-240-full`.
+    pub const SCAN: u64 = 6_000_000;
+    /// `stream/8-tasks-2-workers` (all tasks together).
+    pub const TASKS: u64 = 6_000_000;
+    /// `stream/saturated` (all tasks together).
+    pub const SATURATED: u64 = 1_600_000;
+    /// `stream/round-trip`.
+    pub const ROUND_TRIP: u64 = 800_000;
+}
+
+/// slotpool over the no-op connector.
+pub type NoopPool = StreamPool<NoopConnector>;
+/// The reference over the no-op connector.
+pub type NoopRef = RefStreamPool<NoopConnector>;
+/// slotpool over the echo connector.
+pub type EchoPool = StreamPool<EchoConnector>;
+/// The reference over the echo connector.
+pub type EchoRef = RefStreamPool<EchoConnector>;
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+// ---------------------------------------------------------------------------------------------
+
+/// A current-thread runtime (the single-task cases).
+pub fn current_thread() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds")
+}
+
+/// A multi-thread runtime with `workers` workers.
+pub fn multi_thread(workers: usize) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a multi-thread runtime builds")
+}
+
+/// A bounded slotpool pool on `rt` (no background reaper).
+pub fn slotpool_pool<C: slotpool::stream::Connector>(
+    rt: &Runtime,
+    connector: C,
+    streams: usize,
+    depth: usize,
+) -> StreamPool<C> {
+    let _enter = rt.enter();
+    StreamPool::builder(connector)
+        .max_streams(streams)
+        .max_queue_depth(depth)
+        .reap_interval(None)
+        .build()
+        .expect("valid bench configuration")
+}
+
+/// Yields (then sleeps briefly) until `done()` holds, so spawned stream tasks get to run.
+///
+/// # Panics
+/// If it does not hold within about two seconds.
+pub async fn settle(done: impl Fn() -> bool) {
+    for round in 0..2_000u32 {
+        if done() {
+            return;
+        }
+        if round < 100 {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    panic!("stream tasks did not settle");
+}
+
+/// Opens `streams` streams on a slotpool pool (acquires `streams × depth` guards, drops them)
+/// and waits until they are all Ready.
+pub fn prewarm_slotpool<C: slotpool::stream::Connector>(
+    rt: &Runtime,
+    pool: &StreamPool<C>,
+    streams: usize,
+    depth: usize,
+) {
+    rt.block_on(async {
+        let guards: Vec<_> = (0..streams * depth)
+            .map(|_| pool.try_acquire().expect("room while prewarming"))
+            .collect();
+        drop(guards);
+        settle(|| pool.stats().table.ready >= streams).await;
+    });
+}
+
+/// Opens `streams` streams on a reference pool (as [`prewarm_slotpool`]).
+pub fn prewarm_reference<C: crate::stream_ref::RefConnector>(
+    rt: &Runtime,
+    pool: &RefStreamPool<C>,
+    streams: usize,
+    depth: usize,
+) {
+    rt.block_on(async {
+        let mut guards = Vec::with_capacity(streams * depth);
+        for _ in 0..streams * depth {
+            guards.push(pool.get().await);
+        }
+        drop(guards);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(pool.load(), (streams, 0));
+    });
+}
+
+/// Fills a 256-stream slotpool pool and keeps the lowest 240 streams full: returns the guards
+/// that hold them. Checks that the next acquire lands on stream 240.
+pub fn fill_slotpool<'p>(rt: &Runtime, pool: &'p NoopPool) -> Vec<StreamGuard<'p, NoopConnector>> {
+    let mut guards: Vec<_> = (0..SCAN_STREAMS * DEPTH)
+        .map(|_| pool.try_acquire().expect("room while filling"))
+        .collect();
+    guards.retain(|g| g.stream_index().is_some_and(|i| i < SCAN_FULL));
+    assert_eq!(
+        guards.len(),
+        SCAN_FULL * DEPTH,
+        "slotpool fills lowest first"
+    );
+    rt.block_on(settle(|| pool.stats().table.ready == SCAN_STREAMS));
+    let probe = pool.try_acquire().expect("room on the top streams");
+    assert_eq!(probe.stream_index(), Some(SCAN_FULL));
+    guards
+}
+
+/// Fills a 256-stream reference pool and keeps streams 0..240 (creation order) full: returns
+/// the guards that hold them. Which free stream a `get()` finds first depends on the HashMap's
+/// iteration order, exactly as in R1.
+pub fn fill_reference(rt: &Runtime, pool: &NoopRef) -> Vec<RefStreamGuard<NoopConnector>> {
+    rt.block_on(async {
+        let mut guards = Vec::with_capacity(SCAN_STREAMS * DEPTH);
+        for _ in 0..SCAN_STREAMS * DEPTH {
+            guards.push(pool.get().await);
+        }
+        assert_eq!(pool.load(), (SCAN_STREAMS, SCAN_STREAMS * DEPTH));
+        guards.retain(|g| g.stream_id() < SCAN_FULL);
+        assert_eq!(
+            guards.len(),
+            SCAN_FULL * DEPTH,
+            "the reference fills one stream at a time"
+        );
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        guards
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runners: one task
+// ---------------------------------------------------------------------------------------------
+
+/// `ops` × (acquire, drop) on one task.
+pub async fn slotpool_acquire_release(pool: &NoopPool, ops: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..ops {
+        let guard = pool.acquire().await.expect("pool is open");
+        black_box(&guard);
+        drop(guard);
+    }
+    start.elapsed()
+}
+
+/// `ops` × (get, drop) on one task.
+pub async fn reference_acquire_release(pool: &NoopRef, ops: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..ops {
+        let guard = pool.get().await;
+        black_box(&guard);
+        drop(guard);
+    }
+    start.elapsed()
+}
+
+/// `ops` × (CAS below the limit, `fetch_sub`).
+pub fn floor_acquire_release(floor: &Floor, ops: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..ops {
+        let taken = floor.try_acquire();
+        black_box(taken);
+        if taken {
+            floor.release();
+        }
+    }
+    start.elapsed()
+}
+
+/// `ops` × (acquire, send one request to the echo, await its response).
+pub async fn slotpool_round_trip(pool: &EchoPool, ops: u64) -> Duration {
+    let start = Instant::now();
+    for i in 0..ops {
+        let guard = pool.acquire().await.expect("pool is open");
+        let response = guard.send(Msg::new(i, i)).await.expect("echo answers");
+        debug_assert_eq!(response.body, i);
+        black_box(response);
+    }
+    start.elapsed()
+}
+
+/// `ops` × (get, send one request to the echo, await its response, drop the guard).
+pub async fn reference_round_trip(pool: &EchoRef, ops: u64) -> Duration {
+    let start = Instant::now();
+    for i in 0..ops {
+        let guard = pool.get().await;
+        let response = guard.send(Msg::new(i, i)).await.expect("echo answers");
+        debug_assert_eq!(response.body, i);
+        black_box(response);
+        drop(guard);
+    }
+    start.elapsed()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runners: many tasks (call within `Runtime::block_on` of a multi-thread runtime)
+// ---------------------------------------------------------------------------------------------
+
+async fn join_all<T: Send + 'static>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.expect("bench task panicked"));
+    }
+    out
+}
+
+/// `tasks` tasks, each `ops_per_task` × (acquire, drop); wall time for all.
+pub async fn slotpool_tasks(pool: &Arc<NoopPool>, tasks: usize, ops_per_task: u64) -> Duration {
+    let start = Instant::now();
+    let handles = (0..tasks)
+        .map(|_| {
+            let pool = Arc::clone(pool);
+            tokio::spawn(async move { slotpool_acquire_release(&pool, ops_per_task).await })
+        })
+        .collect();
+    join_all(handles).await;
+    start.elapsed()
+}
+
+/// `tasks` tasks, each `ops_per_task` × (get, drop); wall time for all.
+pub async fn reference_tasks(pool: &Arc<NoopRef>, tasks: usize, ops_per_task: u64) -> Duration {
+    let start = Instant::now();
+    let handles = (0..tasks)
+        .map(|_| {
+            let pool = Arc::clone(pool);
+            tokio::spawn(async move { reference_acquire_release(&pool, ops_per_task).await })
+        })
+        .collect();
+    join_all(handles).await;
+    start.elapsed()
+}
+
+/// `tasks` tasks, each `ops_per_task` × (CAS below the limit, `fetch_sub`) on one counter.
+pub async fn floor_tasks(floor: &Arc<Floor>, tasks: usize, ops_per_task: u64) -> Duration {
+    let start = Instant::now();
+    let handles = (0..tasks)
+        .map(|_| {
+            let floor = Arc::clone(floor);
+            tokio::spawn(async move { floor_acquire_release(&floor, ops_per_task) })
+        })
+        .collect();
+    join_all(handles).await;
+    start.elapsed()
+}
+
+fn merge(histograms: Vec<Histogram<u64>>) -> Histogram<u64> {
+    let mut all = wait_histogram();
+    for h in histograms {
+        all.add(&h).expect("histograms share bounds");
+    }
+    all
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `tasks` tasks, each `ops_per_task` × (time the acquire, hold the guard across one yield,
+/// drop); wall time for all and every acquire's wait.
+pub async fn slotpool_saturated(
+    pool: &Arc<NoopPool>,
+    tasks: usize,
+    ops_per_task: u64,
+) -> (Duration, Histogram<u64>) {
+    let start = Instant::now();
+    let handles = (0..tasks)
+        .map(|_| {
+            let pool = Arc::clone(pool);
+            tokio::spawn(async move {
+                let mut waits = wait_histogram();
+                for _ in 0..ops_per_task {
+                    let asked = Instant::now();
+                    let guard = pool.acquire().await.expect("pool is open");
+                    waits.saturating_record(nanos(asked.elapsed()));
+                    tokio::task::yield_now().await;
+                    drop(guard);
+                }
+                waits
+            })
+        })
+        .collect();
+    let waits = join_all(handles).await;
+    (start.elapsed(), merge(waits))
+}
+
+/// The reference's [`slotpool_saturated`].
+pub async fn reference_saturated(
+    pool: &Arc<NoopRef>,
+    tasks: usize,
+    ops_per_task: u64,
+) -> (Duration, Histogram<u64>) {
+    let start = Instant::now();
+    let handles = (0..tasks)
+        .map(|_| {
+            let pool = Arc::clone(pool);
+            tokio::spawn(async move {
+                let mut waits = wait_histogram();
+                for _ in 0..ops_per_task {
+                    let asked = Instant::now();
+                    let guard = pool.get().await;
+                    waits.saturating_record(nanos(asked.elapsed()));
+                    tokio::task::yield_now().await;
+                    drop(guard);
+                }
+                waits
+            })
+        })
+        .collect();
+    let waits = join_all(handles).await;
+    (start.elapsed(), merge(waits))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The comparison
+// ---------------------------------------------------------------------------------------------
+
+/// Runs every stream case.
+pub fn compare(settings: &Settings) -> Vec<Record> {
+    compare_only(settings, |_| true)
+}
+
+/// Runs the stream cases whose name `want` accepts.
+pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Record> {
+    let mut records = Vec::new();
+    if want(UNCONTENDED) {
+        records.extend(uncontended(settings));
+    }
+    if want(SCAN) {
+        records.extend(scan(settings));
+    }
+    if want(TASKS) {
+        records.extend(tasks(settings));
+    }
+    if want(SATURATED) {
+        records.extend(saturated(settings));
+    }
+    if want(ROUND_TRIP) {
+        records.extend(round_trip(settings));
+    }
+    records
+}
+
+fn uncontended(settings: &Settings) -> Vec<Record> {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
+    prewarm_slotpool(&rt, &pool, 1, 1);
+    let reference = NoopRef::new(NoopConnector, Some(STREAMS), DEPTH);
+    prewarm_reference(&rt, &reference, 1, 1);
+    let floor = Floor::new(STREAMS * DEPTH);
+    let ops = settings.ops(ops::UNCONTENDED, 1_000);
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_acquire_release(&pool, ops)))),
+        ),
+        (
+            "reference",
+            Box::new(|ops| {
+                Sample::timed(ops, rt.block_on(reference_acquire_release(&reference, ops)))
+            }),
+        ),
+        (
+            "floor",
+            Box::new(|ops| {
+                Sample::timed(
+                    ops,
+                    rt.block_on(async { floor_acquire_release(&floor, ops) }),
+                )
+            }),
+        ),
+    ];
+    interleave(UNCONTENDED, ops, settings, impls)
+}
+
+fn scan(settings: &Settings) -> Vec<Record> {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, SCAN_STREAMS, DEPTH);
+    let held = fill_slotpool(&rt, &pool);
+    let reference = NoopRef::new(NoopConnector, Some(SCAN_STREAMS), DEPTH);
+    let ref_held = fill_reference(&rt, &reference);
+    let floor = Floor::new(SCAN_STREAMS * DEPTH);
+    let ops = settings.ops(ops::SCAN, 1_000);
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_acquire_release(&pool, ops)))),
+        ),
+        (
+            "reference",
+            Box::new(|ops| {
+                Sample::timed(ops, rt.block_on(reference_acquire_release(&reference, ops)))
+            }),
+        ),
+        (
+            "floor",
+            Box::new(|ops| {
+                Sample::timed(
+                    ops,
+                    rt.block_on(async { floor_acquire_release(&floor, ops) }),
+                )
+            }),
+        ),
+    ];
+    let records = interleave(SCAN, ops, settings, impls);
+    drop(held);
+    drop(ref_held);
+    records
+}
+
+fn tasks(settings: &Settings) -> Vec<Record> {
+    let rt = multi_thread(WORKERS);
+    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH));
+    prewarm_slotpool(&rt, &pool, 1, 1);
+    let reference = Arc::new(NoopRef::new(NoopConnector, Some(STREAMS), DEPTH));
+    prewarm_reference(&rt, &reference, 1, 1);
+    let floor = Arc::new(Floor::new(STREAMS * DEPTH));
+    let per_task = settings.ops(ops::TASKS, 1_000) / TASK_COUNT as u64;
+    let ops = per_task * TASK_COUNT as u64;
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| {
+                let per = ops / TASK_COUNT as u64;
+                let d = rt.block_on(slotpool_tasks(&pool, TASK_COUNT, per));
+                Sample::timed(per * TASK_COUNT as u64, d)
+            }),
+        ),
+        (
+            "reference",
+            Box::new(|ops| {
+                let per = ops / TASK_COUNT as u64;
+                let d = rt.block_on(reference_tasks(&reference, TASK_COUNT, per));
+                Sample::timed(per * TASK_COUNT as u64, d)
+            }),
+        ),
+        (
+            "floor",
+            Box::new(|ops| {
+                let per = ops / TASK_COUNT as u64;
+                let d = rt.block_on(floor_tasks(&floor, TASK_COUNT, per));
+                Sample::timed(per * TASK_COUNT as u64, d)
+            }),
+        ),
+    ];
+    interleave(TASKS, ops, settings, impls)
+}
+
+fn saturated(settings: &Settings) -> Vec<Record> {
+    let rt = multi_thread(WORKERS);
+    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
+    prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
+    let reference = Arc::new(NoopRef::new(NoopConnector, Some(SAT_STREAMS), SAT_DEPTH));
+    prewarm_reference(&rt, &reference, SAT_STREAMS, SAT_DEPTH);
+    let per_task = settings.ops(ops::SATURATED, 1_000) / SAT_TASKS as u64;
+    let ops = per_task.max(1) * SAT_TASKS as u64;
+    // No floor: see the module documentation.
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| {
+                let per = (ops / SAT_TASKS as u64).max(1);
+                let (d, waits) = rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per));
+                Sample {
+                    ops: per * SAT_TASKS as u64,
+                    elapsed: d,
+                    waits: Some(waits),
+                }
+            }),
+        ),
+        (
+            "reference",
+            Box::new(|ops| {
+                let per = (ops / SAT_TASKS as u64).max(1);
+                let (d, waits) = rt.block_on(reference_saturated(&reference, SAT_TASKS, per));
+                Sample {
+                    ops: per * SAT_TASKS as u64,
+                    elapsed: d,
+                    waits: Some(waits),
+                }
+            }),
+        ),
+    ];
+    interleave(SATURATED, ops, settings, impls)
+}
+
+fn round_trip(settings: &Settings) -> Vec<Record> {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, EchoConnector, STREAMS, DEPTH);
+    prewarm_slotpool(&rt, &pool, 1, 1);
+    let reference = EchoRef::new(EchoConnector, Some(STREAMS), DEPTH);
+    prewarm_reference(&rt, &reference, 1, 1);
+    let ops = settings.ops(ops::ROUND_TRIP, 200);
+    // No floor: see the module documentation.
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_round_trip(&pool, ops)))),
+        ),
+        (
+            "reference",
+            Box::new(|ops| Sample::timed(ops, rt.block_on(reference_round_trip(&reference, ops)))),
+        ),
+    ];
+    interleave(ROUND_TRIP, ops, settings, impls)
+}
