@@ -83,7 +83,7 @@ impl Settings {
     pub fn quick() -> Self {
         Self {
             repeats: 3,
-            scale: 0.15,
+            scale: 0.4,
         }
     }
 
