@@ -68,7 +68,7 @@ use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, ConfigError, Reach, TryAcquireError};
 use crate::gate::WaitState;
 use crate::slots::{Capacity, Generation, Reservation, SlotTable, TableStats};
-use crate::sync::{spin, Arc, Counter, Published, Weak};
+use crate::sync::{spin, Arc, Counter, Mutex, Published, Weak};
 
 /// Opens one bidirectional stream of requests and responses.
 ///
@@ -482,6 +482,9 @@ struct Incarnation<C: Connector> {
     requests: mpsc::UnboundedSender<Pending<C>>,
     /// Tells the driver the reaper retired its slot.
     stop: tokio::sync::Notify,
+    /// Why the stream failed to open, for callers whose request arrives after the driver
+    /// stopped taking requests. Written once, on the connect-failure path.
+    connect_error: Mutex<Option<Arc<C::Error>>>,
 }
 
 /// A request handed to a driver, with its caller's reply channel and unit of load.
@@ -655,6 +658,7 @@ impl<C: Connector> Shared<C> {
             generation: reservation.generation(),
             requests: tx,
             stop: tokio::sync::Notify::new(),
+            connect_error: Mutex::new(None),
         });
         self.table.with_slot(reservation.index(), |slot| {
             slot.data()
@@ -840,8 +844,12 @@ impl<C: Connector> StreamGuard<'_, C> {
         // From here the driver owns the unit of load (or we get it back below).
         self.reservation = None;
         if let Err(mpsc::error::SendError(pending)) = incarnation.requests.send(pending) {
-            // The driver has stopped taking requests: the stream ended before we got in.
+            // The driver has stopped taking requests: the stream failed to open, or ended,
+            // before we got in. Nothing was sent either way.
             shared.table.release(pending.reservation);
+            if let Some(source) = incarnation.connect_error.lock().clone() {
+                return Err(RequestError::Connect { source });
+            }
             return Err(RequestError::StreamEnded {
                 reach: Reach::NotSent,
                 source: None,
@@ -962,6 +970,7 @@ impl<C: Connector> Driver<C> {
                 self.shared.breaker.on_failure(now, self.probe);
                 tracing::warn!(slot = self.index, %error, "stream connect failed");
                 let error = Arc::new(error);
+                *self.incarnation.connect_error.lock() = Some(Arc::clone(&error));
                 self.shared.table.begin_drain(self.index, self.generation);
                 self.fail_queued(|| RequestError::Connect {
                     source: Arc::clone(&error),

@@ -241,13 +241,9 @@ async fn connect_failure_fails_joined_callers_as_not_sent_and_recovers() {
     let b = pool.acquire().await.unwrap();
     let (ra, rb) = tokio::join!(a.send(Req::new(1)), b.send(Req::new(2)));
     for err in [ra.unwrap_err(), rb.unwrap_err()] {
-        assert!(
-            matches!(
-                err,
-                RequestError::Connect { .. } | RequestError::StreamEnded { .. }
-            ),
-            "{err:?}"
-        );
+        // Queued before the failure or arriving after it, the caller learns the connect
+        // error itself.
+        assert!(matches!(err, RequestError::Connect { .. }), "{err:?}");
         assert_eq!(err.reach(), Reach::NotSent);
     }
     assert_eq!(pool.stats().connect_failures, 1);
