@@ -81,7 +81,7 @@
 //! #             &mut self,
 //! #             _requests: impl futures_core::Stream<Item = GetPageRequest> + Send + 'static,
 //! #         ) -> Result<tonic::Response<tonic::Streaming<GetPageResponse>>, tonic::Status> {
-//! #             unimplemented!()
+//! #             Err(tonic::Status::unimplemented("a stand-in for generated code"))
 //! #         }
 //! #     }
 //! # }
@@ -255,7 +255,7 @@ impl<E: std::error::Error + 'static> TonicStreamError<E> {
 /// #         &mut self,
 /// #         _requests: impl futures_core::Stream<Item = Req> + Send + 'static,
 /// #     ) -> Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status> {
-/// #         unimplemented!()
+/// #         Err(tonic::Status::unimplemented("a stand-in for generated code"))
 /// #     }
 /// # }
 /// /// `PageService.GetPages`.
