@@ -569,7 +569,7 @@ mod pool {
 
     use super::{Joined, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
     use crate::error::ConfigError;
-    use crate::sync::{Arc, Counter, Weak};
+    use crate::sync::{Arc, Counter};
 
     /// Creates channels. Implement it over your transport; the `tonic` integration implements
     /// it over `Endpoint::connect_lazy`.
@@ -671,7 +671,9 @@ mod pool {
             });
             let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
                 let weak = Arc::downgrade(&shared);
-                runtime.spawn(reaper_task(weak, interval)).abort_handle()
+                crate::reap::spawn_reaper(&runtime, weak, interval, |shared| {
+                    shared.reap(shared.clock.now());
+                })
             });
             Ok(Arc::new(ChannelPool { shared, reaper }))
         }
@@ -856,19 +858,6 @@ mod pool {
             f.debug_struct("ChannelPool")
                 .field("stats", &self.stats())
                 .finish_non_exhaustive()
-        }
-    }
-
-    async fn reaper_task<C: ChannelConnector>(shared: Weak<ChannelShared<C>>, interval: Duration) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            let now = shared.clock.now();
-            shared.reap(now);
         }
     }
 

@@ -538,8 +538,9 @@ mod pool {
     use super::{Checkout, ExclusiveSlots, Lease, MAX_STAMP};
     use crate::channel::{ChannelConnector, ChannelGuard, ChannelPool};
     use crate::error::{ConfigError, Reach, TryAcquireError};
+    use crate::reap::nanos;
     use crate::slots::Capacity;
-    use crate::sync::{Arc, Counter, Weak};
+    use crate::sync::{Arc, Counter};
 
     /// Builds a client on a channel.
     pub trait ClientFactory<Ch>: Send + Sync + 'static {
@@ -692,7 +693,9 @@ mod pool {
             });
             let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
                 let weak = Arc::downgrade(&shared);
-                runtime.spawn(reaper_task(weak, interval)).abort_handle()
+                crate::reap::spawn_reaper(&runtime, weak, interval, |shared| {
+                    shared.reap(shared.clock.now());
+                })
             });
             Ok(Arc::new(ClientPool { shared, reaper }))
         }
@@ -799,10 +802,6 @@ mod pool {
                 reaps: Counter::new(),
             }
         }
-    }
-
-    fn nanos(d: Duration) -> u64 {
-        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
     impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
@@ -1043,22 +1042,6 @@ mod pool {
             f.debug_struct("ClientPool")
                 .field("stats", &self.stats())
                 .finish_non_exhaustive()
-        }
-    }
-
-    async fn reaper_task<C: ChannelConnector, F: ClientFactory<C::Channel>>(
-        shared: Weak<ClientShared<C, F>>,
-        interval: Duration,
-    ) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            let now = shared.clock.now();
-            shared.reap(now);
         }
     }
 

@@ -13,6 +13,8 @@ pub mod gate;
 pub mod keyed;
 pub mod limit;
 #[cfg(not(slotpool_loom))]
+mod reap;
+#[cfg(not(slotpool_loom))]
 pub mod session;
 pub mod slots;
 #[cfg(not(slotpool_loom))]

@@ -172,7 +172,8 @@ use tokio::task::AbortHandle;
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::flight::{Claim, Entry, Flight, Registry, Touch, UseStamp};
 use crate::limit::{Limit, OwnedPermit};
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Weak};
+use crate::reap::nanos as duration_ns;
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// Capacity of each session's event channel (R3's 256). The reader waits when it is full.
 pub const EVENT_BUFFER: usize = 256;
@@ -647,9 +648,14 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             counters: Arc::new(Counters::default()),
         });
         let reaper = match (reap_every, runtime) {
-            (Some(every), Some(runtime)) => {
-                Some(spawn_reaper(&runtime, Arc::downgrade(&shared), every))
-            }
+            (Some(every), Some(runtime)) => Some(crate::reap::spawn_reaper(
+                &runtime,
+                Arc::downgrade(&shared),
+                every,
+                |shared| {
+                    shared.reap(shared.clock.now());
+                },
+            )),
             _ => None,
         };
         Ok(SessionPool { shared, reaper })
@@ -665,33 +671,6 @@ impl<C, S> fmt::Debug for SessionPoolBuilder<C, S> {
             .field("reap_every", &self.reap_every)
             .finish_non_exhaustive()
     }
-}
-
-fn duration_ns(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn spawn_reaper<C: Connector, S: SessionStore>(
-    runtime: &tokio::runtime::Handle,
-    shared: Weak<Shared<C, S>>,
-    every: Duration,
-) -> AbortHandle {
-    runtime
-        .spawn(async move {
-            let mut interval = tokio::time::interval(every);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            interval.tick().await; // the first tick is immediate: nothing can be idle yet
-            loop {
-                interval.tick().await;
-                // Holds no strong reference between ticks, so a dropped pool ends this task.
-                let Some(shared) = shared.upgrade() else {
-                    break;
-                };
-                let now = shared.clock.now();
-                shared.reap(now);
-            }
-        })
-        .abort_handle()
 }
 
 // ---------------------------------------------------------------------------------------

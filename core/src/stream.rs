@@ -67,8 +67,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, ConfigError, Reach, TryAcquireError};
 use crate::gate::WaitState;
+use crate::reap::{nanos, spawn_reaper};
 use crate::slots::{Capacity, Generation, Reservation, SlotTable, TableStats};
-use crate::sync::{spin, Arc, Counter, Mutex, Published, Weak};
+use crate::sync::{spin, Arc, Counter, Mutex, Published};
 
 /// Opens one bidirectional stream of requests and responses.
 ///
@@ -317,10 +318,7 @@ impl<C: Connector> StreamPoolBuilder<C> {
         }
         let breaker = match self.breaker {
             Some((0, _)) => return Err(ConfigError::Zero("breaker consecutive_failures")),
-            Some((threshold, backoff)) => Breaker::new(
-                threshold,
-                u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX),
-            ),
+            Some((threshold, backoff)) => Breaker::new(threshold, nanos(backoff)),
             None => Breaker::new(0, 0),
         };
         let runtime = Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?;
@@ -341,7 +339,9 @@ impl<C: Connector> StreamPoolBuilder<C> {
         shared.top_up();
         let reaper = self.reap_interval.map(|interval| {
             let weak = Arc::downgrade(&shared);
-            runtime.spawn(reaper_task(weak, interval)).abort_handle()
+            spawn_reaper(&runtime, weak, interval, |shared| {
+                shared.reap(shared.clock.now());
+            })
         });
         Ok(StreamPool { shared, reaper })
     }
@@ -682,7 +682,7 @@ impl<C: Connector> Shared<C> {
     }
 
     fn now_nanos(&self, now: quanta::Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+        nanos(now.saturating_duration_since(self.base))
     }
 
     /// Opens streams until `min_streams` are live (prewarm, and replacing failed ones). A
@@ -716,7 +716,7 @@ impl<C: Connector> Shared<C> {
 
     fn reap(self: &Arc<Self>, now: quanta::Instant) -> usize {
         let now_nanos = self.now_nanos(now);
-        let timeout = u64::try_from(self.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
+        let timeout = nanos(self.idle_timeout);
         let mut reaped = 0;
         self.table
             .reap_idle_keeping(now_nanos, timeout, self.min_streams, |retired, cell| {
@@ -735,19 +735,6 @@ impl<C: Connector> Shared<C> {
         }
         self.top_up();
         reaped
-    }
-}
-
-async fn reaper_task<C: Connector>(shared: Weak<Shared<C>>, interval: Duration) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        let now = shared.clock.now();
-        shared.reap(now);
     }
 }
 
