@@ -288,6 +288,7 @@ pub struct WaitState {
 
 impl WaitState {
     /// A waiter that is not queued yet.
+    #[inline]
     pub fn new() -> Self {
         Self::default()
     }
@@ -452,6 +453,7 @@ impl WaitState {
     }
 
     /// Whether this waiter is queued (or notified and not yet polled).
+    #[inline]
     pub fn is_queued(&self) -> bool {
         self.node.is_some()
     }

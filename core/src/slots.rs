@@ -253,9 +253,17 @@ impl SlotWord {
         SlotWord((self.generation().next().0 as u64) << Self::GEN_SHIFT)
     }
 
+    /// Whether the phase is Starting or Ready ([`Phase::accepts_reservations`]), tested on
+    /// the bits: phase 1 or 2 is `phase - 1 < 2`.
+    #[inline]
+    const fn accepting(self) -> bool {
+        ((self.0 >> Self::PHASE_SHIFT) & 0b11).wrapping_sub(1) < 2
+    }
+
     /// Whether a reserver may take one more unit here, under a per-slot cap of `max`.
+    #[inline]
     const fn has_room(self, max: u32) -> bool {
-        self.phase().accepts_reservations() && self.load() < max
+        self.accepting() && self.load() < max
     }
 }
 
@@ -544,10 +552,65 @@ impl<T> SlotTable<T> {
     where
         T: Default,
     {
+        if let Some(reservation) = self.reserve_fast() {
+            return Ok(reservation);
+        }
         if self.gate.is_closed() {
             return Err(TryAcquireError::Closed);
         }
         self.reserve_or_grow().ok_or(TryAcquireError::NoCapacity)
+    }
+
+    /// The common case of a reservation, inlined into every caller: the lowest slot flagged
+    /// with room in the first segment really has room, and one checked CAS takes it.
+    ///
+    /// Anything else (no room bit set, a stale hint, a lost CAS, a closed table) returns
+    /// `None` without side effects, and the caller takes the full path
+    /// ([`SlotTable::reserve_or_grow`]), which rescans everything and repairs stale hints. A
+    /// success is exactly a successful [`SlotTable::try_join`].
+    #[inline]
+    fn reserve_fast(&self) -> Option<Reservation> {
+        if self.gate.is_closed() {
+            return None;
+        }
+        let base = &self.base;
+        let mut local = None;
+        for (w, word) in base.room.iter().enumerate() {
+            let bits = word.load(Ordering::SeqCst);
+            if bits != 0 {
+                local = Some(w * WORD_BITS + bits.trailing_zeros() as usize);
+                break;
+            }
+        }
+        let local = local?;
+        let slot = base.slots.get(local)?;
+        let current = SlotWord(slot.word.load(Ordering::SeqCst));
+        if !current.has_room(self.max_load) {
+            return None;
+        }
+        let next = current.with_load(current.load() + 1).with_used(true);
+        slot.word
+            .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()?;
+        trace_transition!("slots: fast join {} -> {:?}", local, next);
+        self.joined(base, local, slot, next);
+        Some(Reservation {
+            index: local,
+            generation: next.generation(),
+            claimed: false,
+        })
+    }
+
+    /// After a join raised slot `local` to `next`: clear its room bit if it is now full
+    /// (rule 2), otherwise pass the turn to a waiter, since room remains.
+    #[inline]
+    fn joined(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>, next: SlotWord) {
+        if next.load() == self.max_load {
+            self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+        } else {
+            // One load of the gate's state when nobody waits.
+            self.gate.notify_one();
+        }
     }
 
     /// Claims the lowest Empty slot (Empty → Starting, load 1) without joining any slot that
@@ -591,6 +654,22 @@ impl<T> SlotTable<T> {
     where
         T: Default,
     {
+        if !wait.is_queued() {
+            if let Some(reservation) = self.reserve_fast() {
+                return Poll::Ready(Ok(reservation));
+            }
+        }
+        self.poll_reserve_slow(wait, cx)
+    }
+
+    fn poll_reserve_slow(
+        &self,
+        wait: &mut WaitState,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Reservation, Closed>>
+    where
+        T: Default,
+    {
         wait.poll_until_handoff(
             &self.gate,
             cx,
@@ -604,7 +683,15 @@ impl<T> SlotTable<T> {
 
     /// Gives up a wait started with [`SlotTable::poll_reserve`]: leaves the queue, and frees a
     /// unit that was handed to the waiter but not used (which may hand it to the next one).
+    #[inline]
     pub fn cancel_reserve(&self, wait: &mut WaitState) {
+        if wait.is_queued() {
+            self.cancel_reserve_slow(wait);
+        }
+    }
+
+    #[cold]
+    fn cancel_reserve_slow(&self, wait: &mut WaitState) {
         if let Some(token) = wait.cancel_handoff(&self.gate) {
             self.release(Reservation::from_token(token));
         }
@@ -731,12 +818,7 @@ impl<T> SlotTable<T> {
             ) {
                 Ok(_) => {
                     trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
-                    if next.load() == self.max_load {
-                        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
-                    } else if self.gate.has_waiters() {
-                        // Room remains: pass the turn to the next waiter.
-                        self.gate.notify_one();
-                    }
+                    self.joined(segment, local, slot, next);
                     return Some(Reservation {
                         index: segment.start + local,
                         generation: next.generation(),
@@ -845,7 +927,36 @@ impl<T> SlotTable<T> {
     /// generation is stale or the slot has no load to release.
     ///
     /// The release that drops a Draining slot to load 0 retires it to Empty (next generation).
+    #[inline]
     pub fn release(&self, reservation: Reservation) -> bool {
+        // The common case, inlined: a live slot of the first segment that stays below `max`
+        // and accepting (so no hint changes and nothing retires) with nobody waiting (so
+        // nothing to hand over) drops its load with one CAS. The checks are those of the
+        // full path below, which handles everything else.
+        if let Some(slot) = self.base.slots.get(reservation.index) {
+            let current = SlotWord(slot.word.load(Ordering::SeqCst));
+            if current.generation() == reservation.generation
+                && current.load() > 0
+                && current.load() < self.max_load
+                && current.accepting()
+                && !self.gate.has_waiters()
+            {
+                let next = current.with_load(current.load() - 1);
+                if slot
+                    .word
+                    .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    trace_transition!("slots: fast release {} -> {:?}", reservation.index, next);
+                    return true;
+                }
+            }
+        }
+        self.release_slow(reservation)
+    }
+
+    #[inline(never)]
+    fn release_slow(&self, reservation: Reservation) -> bool {
         self.with_segment(reservation.index, |segment, local| {
             self.release_in(segment, local, reservation.generation)
         })
@@ -1254,5 +1365,26 @@ impl<T> fmt::Debug for SlotGuard<'_, T> {
         f.debug_struct("SlotGuard")
             .field("reservation", &self.reservation)
             .finish()
+    }
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::{Phase, SlotWord};
+
+    #[test]
+    fn bit_tests_agree_with_the_phase() {
+        for phase in [Phase::Empty, Phase::Starting, Phase::Ready, Phase::Draining] {
+            for load in [0, 1, 7] {
+                let word = SlotWord::EMPTY
+                    .with_phase(phase)
+                    .with_load(load)
+                    .with_used(true);
+                assert_eq!(word.phase(), phase);
+                assert_eq!(word.accepting(), phase.accepts_reservations(), "{phase:?}");
+                assert_eq!(word.has_room(8), phase.accepts_reservations() && load < 8);
+                assert_eq!(word.retired().phase(), Phase::Empty);
+            }
+        }
     }
 }

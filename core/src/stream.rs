@@ -570,29 +570,38 @@ impl<C: Connector> StreamPool<C> {
     #[inline]
     fn admit(&self, reservation: Reservation) -> Result<StreamGuard<'_, C>, Duration> {
         if reservation.claimed() {
-            let shared = &self.shared;
-            match shared
-                .breaker
-                .admit(|| shared.now_nanos(shared.clock.now()))
-            {
-                Ok(admission) => shared.spin_up(reservation, admission == Admission::Probe),
-                Err(retry_after) => {
-                    // Nobody may use this incarnation: drain it (joiners see Draining and
-                    // fail as not sent) and give back our unit, which empties it.
-                    shared
-                        .table
-                        .begin_drain(reservation.index(), reservation.generation());
-                    shared.table.release(reservation);
-                    shared.counters.breaker_rejections.incr();
-                    return Err(Duration::from_nanos(retry_after));
-                }
-            }
+            self.admit_claimed(reservation)?;
         }
         self.shared.counters.acquires.incr();
         Ok(StreamGuard {
             pool: self,
             reservation: Some(reservation),
         })
+    }
+
+    /// The spin-up half of [`StreamPool::admit`], kept out of the hot path.
+    #[inline(never)]
+    fn admit_claimed(&self, reservation: Reservation) -> Result<(), Duration> {
+        let shared = &self.shared;
+        match shared
+            .breaker
+            .admit(|| shared.now_nanos(shared.clock.now()))
+        {
+            Ok(admission) => {
+                shared.spin_up(reservation, admission == Admission::Probe);
+                Ok(())
+            }
+            Err(retry_after) => {
+                // Nobody may use this incarnation: drain it (joiners see Draining and fail as
+                // not sent) and give back our unit, which empties it.
+                shared
+                    .table
+                    .begin_drain(reservation.index(), reservation.generation());
+                shared.table.release(reservation);
+                shared.counters.breaker_rejections.incr();
+                Err(Duration::from_nanos(retry_after))
+            }
+        }
     }
 
     /// One reaper pass at `now` on the pool's clock: closes streams idle for at least the idle

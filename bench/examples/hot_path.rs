@@ -1,0 +1,47 @@
+//! A fixed number of uncontended acquire → release rounds on one task, for instruction
+//! counting: `valgrind --tool=callgrind target/release/examples/hot_path stream 100000`.
+//!
+//! Which path: `stream` (slotpool's `StreamPool`), `reference` (R1's), `floor` (one CAS below
+//! the limit and one `fetch_sub`). The timed rounds run inside [`timed`], so
+//! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
+
+use slotpool_bench::fixtures::NoopConnector;
+use slotpool_bench::report::Floor;
+use slotpool_bench::stream_cases::{
+    current_thread, floor_acquire_release, prewarm_reference, prewarm_slotpool,
+    reference_acquire_release, slotpool_acquire_release, slotpool_pool, DEPTH, STREAMS,
+};
+use slotpool_bench::stream_ref::RefStreamPool;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let which = args.next().unwrap_or_else(|| "stream".into());
+    let rounds: u64 = args.next().map_or(100_000, |n| n.parse().expect("rounds"));
+    let rt = current_thread();
+    match which.as_str() {
+        "stream" => {
+            let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
+            prewarm_slotpool(&rt, &pool, 1, 1);
+            timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
+        }
+        "reference" => {
+            let pool = {
+                let _enter = rt.enter();
+                RefStreamPool::new(NoopConnector, Some(STREAMS), DEPTH)
+            };
+            prewarm_reference(&rt, &pool, 1, 1);
+            timed(|| rt.block_on(reference_acquire_release(&pool, rounds)));
+        }
+        "floor" => {
+            let floor = Floor::new(STREAMS * DEPTH);
+            timed(|| floor_acquire_release(&floor, rounds));
+        }
+        other => panic!("unknown path `{other}` (stream, reference or floor)"),
+    }
+}
+
+/// Runs the timed rounds (a named frame for callgrind's `--toggle-collect`).
+#[inline(never)]
+fn timed<R>(run: impl FnOnce() -> R) -> R {
+    std::hint::black_box(run())
+}
