@@ -98,7 +98,10 @@ impl Breaker {
                         Ordering::AcqRel,
                         Ordering::Acquire,
                     ) {
-                        Ok(_) => return Ok(Admission::Probe),
+                        Ok(_) => {
+                            tracing::debug!("circuit breaker half-open: one probe spin-up");
+                            return Ok(Admission::Probe);
+                        }
                         // Another caller became the probe, or a success closed it.
                         Err(actual) => word = actual,
                     }
@@ -111,7 +114,9 @@ impl Breaker {
     /// A spin-up succeeded: the breaker closes.
     pub fn on_success(&self) {
         self.failures.store(0, Ordering::Relaxed);
-        self.word.swap(CLOSED, Ordering::AcqRel);
+        if self.word.swap(CLOSED, Ordering::AcqRel) & STATE_MASK != CLOSED {
+            tracing::info!("circuit breaker closed: a spin-up succeeded");
+        }
     }
 
     /// A spin-up failed at `now`. A failed probe, or the threshold-th consecutive failure,
@@ -123,7 +128,14 @@ impl Breaker {
         }
         if probe || failures >= u64::from(self.threshold) {
             let until = now.saturating_add(self.backoff).min(u64::MAX >> 2);
-            self.word.swap(until << 2 | OPEN, Ordering::AcqRel);
+            if self.word.swap(until << 2 | OPEN, Ordering::AcqRel) & STATE_MASK != OPEN {
+                tracing::warn!(
+                    consecutive_failures = failures,
+                    probe,
+                    backoff_ms = self.backoff / 1_000_000,
+                    "circuit breaker opened: spin-ups fail fast until the backoff ends"
+                );
+            }
         }
     }
 

@@ -12,6 +12,8 @@ pub mod gate;
 #[cfg(not(slotpool_loom))]
 pub mod keyed;
 pub mod limit;
+#[cfg(all(feature = "metrics", not(slotpool_loom)))]
+pub mod metrics;
 #[cfg(not(slotpool_loom))]
 mod reap;
 #[cfg(not(slotpool_loom))]

@@ -13,6 +13,9 @@ use std::time::Duration;
 use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
 use slotpool::{ConfigError, Reach};
 
+#[cfg(feature = "metrics")]
+mod capture;
+
 const LONG: Duration = Duration::from_secs(3600);
 
 fn one_slot_journal() -> Arc<Keyed<&'static str>> {
@@ -775,102 +778,11 @@ async fn run_time_registration_is_safe_under_concurrent_lookups() {
 
 #[cfg(feature = "metrics")]
 mod metrics_export {
-    use std::collections::HashMap;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata};
-    use metrics::{Recorder, SharedString, Unit};
     use slotpool::keyed::{Keyed, KeyedError};
 
-    /// A value cell that serves as both a counter and a gauge (gauge values as f64 bits).
-    #[derive(Default)]
-    struct Cell(AtomicU64);
-
-    impl CounterFn for Cell {
-        fn increment(&self, value: u64) {
-            self.0.fetch_add(value, Ordering::SeqCst);
-        }
-        fn absolute(&self, value: u64) {
-            self.0.fetch_max(value, Ordering::SeqCst);
-        }
-    }
-
-    impl GaugeFn for Cell {
-        fn increment(&self, value: f64) {
-            self.update(|v| v + value);
-        }
-        fn decrement(&self, value: f64) {
-            self.update(|v| v - value);
-        }
-        fn set(&self, value: f64) {
-            self.0.store(value.to_bits(), Ordering::SeqCst);
-        }
-    }
-
-    impl Cell {
-        fn update(&self, f: impl Fn(f64) -> f64) {
-            let _ = self
-                .0
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |bits| {
-                    Some(f(f64::from_bits(bits)).to_bits())
-                });
-        }
-    }
-
-    /// Records every registered handle by name and labels.
-    #[derive(Default)]
-    struct Capture(Mutex<HashMap<String, Arc<Cell>>>);
-
-    impl Capture {
-        fn cell(&self, key: &Key) -> Arc<Cell> {
-            let mut labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            let name = format!("{}{{{}}}", key.name(), labels.join(","));
-            let mut map = match self.0.lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            Arc::clone(map.entry(name).or_default())
-        }
-
-        fn counter(&self, name: &str) -> u64 {
-            self.get(name)
-                .map_or(u64::MAX, |c| c.0.load(Ordering::SeqCst))
-        }
-
-        fn gauge(&self, name: &str) -> f64 {
-            self.get(name)
-                .map_or(f64::NAN, |c| f64::from_bits(c.0.load(Ordering::SeqCst)))
-        }
-
-        fn get(&self, name: &str) -> Option<Arc<Cell>> {
-            let map = match self.0.lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            map.get(name).cloned()
-        }
-    }
-
-    impl Recorder for Capture {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-            Counter::from_arc(self.cell(key))
-        }
-        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-            Gauge::from_arc(self.cell(key))
-        }
-        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::noop()
-        }
-    }
+    use crate::capture::Capture;
 
     /// Per caller key: an in-use gauge that follows admissions, and a refusal counter; both
     /// labelled with the caller's key and its share.

@@ -1,0 +1,223 @@
+//! Exporting pool statistics through the [`metrics`](https://docs.rs/metrics) facade
+//! (feature `metrics`).
+//!
+//! Every pool keeps its own counters and answers `stats()` with a snapshot; this module turns
+//! such a snapshot into gauges (what is true now: streams per phase, requests in flight,
+//! waiters) and counters (what happened so far: acquires, spin-ups, failures, reaps), labelled
+//! `pool = <name>`, on whatever recorder the application installed (Prometheus, StatsD, …).
+//! Nothing here touches a pool's hot path: export reads a snapshot, on the application's
+//! schedule.
+//!
+//! * [`Export::export`] records one snapshot now;
+//! * [`spawn_exporter`] records a pool's snapshot every `interval` on a tokio task, and stops
+//!   by itself once the pool is gone.
+//!
+//! # Names
+//!
+//! | pool | gauges | counters (`_total`) |
+//! |---|---|---|
+//! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `spin_ups`, `connect_failures`, `stream_failures`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
+//! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps}_total` |
+//! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,created,make_failures,discards,reaps}_total` |
+//! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,released,reaped,rebuilt}_total` |
+//!
+//! (The keyed admission pool exports per caller key as it goes; see
+//! [`keyed`](crate::keyed#statistics-and-metrics).)
+//!
+//! # Example
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use std::time::Duration;
+//! # use slotpool::channel::{ChannelConnector, ChannelPool};
+//! # struct Lazy;
+//! # impl ChannelConnector for Lazy {
+//! #     type Channel = u64;
+//! #     fn connect_lazy(&self, id: u64) -> u64 { id }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let channels = Arc::new(ChannelPool::builder(Lazy).build().expect("valid configuration"));
+//! let weak = Arc::downgrade(&channels);
+//! // Every ten seconds, while the pool lives; the task ends by itself after it is dropped.
+//! let exporter = slotpool::metrics::spawn_exporter("channels", Duration::from_secs(10), move || {
+//!     weak.upgrade().map(|pool| pool.stats())
+//! });
+//! # drop(channels);
+//! # exporter.await.expect("the exporter ends once the pool is gone");
+//! # }
+//! ```
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use crate::breaker::BreakerState;
+use crate::channel::ChannelStats;
+use crate::client::ClientStats;
+use crate::session::SessionStats;
+use crate::stream::StreamStats;
+
+/// A statistics snapshot that can be recorded through the `metrics` facade.
+pub trait Export {
+    /// Records this snapshot now: gauges set to its values, counters raised to its totals,
+    /// each labelled `pool = name`.
+    fn export(&self, pool: &str);
+}
+
+/// Records `stats()` of a pool every `interval` on a new tokio task, as [`Export::export`] with
+/// label `pool = name`. The task ends when `stats` returns `None` (typically a `Weak` to the
+/// pool that no longer upgrades), so it never keeps a dropped pool alive.
+///
+/// # Panics
+/// Outside a tokio runtime, or if `interval` is zero.
+pub fn spawn_exporter<S, F>(
+    name: impl Into<Cow<'static, str>>,
+    interval: Duration,
+    stats: F,
+) -> tokio::task::JoinHandle<()>
+where
+    S: Export + 'static,
+    F: FnMut() -> Option<S> + Send + 'static,
+{
+    assert!(!interval.is_zero(), "the export interval must not be zero");
+    tokio::spawn(export_every(name.into(), interval, stats))
+}
+
+async fn export_every<S, F>(name: Cow<'static, str>, interval: Duration, mut stats: F)
+where
+    S: Export,
+    F: FnMut() -> Option<S>,
+{
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match stats() {
+            Some(snapshot) => snapshot.export(&name),
+            None => return,
+        }
+    }
+}
+
+/// Sets gauge `name{pool}`.
+fn gauge(name: &'static str, pool: &str, value: f64) {
+    metrics::gauge!(name, "pool" => pool.to_owned()).set(value);
+}
+
+/// Raises counter `name{pool}` to the pool's running total.
+fn counter(name: &'static str, pool: &str, total: u64) {
+    metrics::counter!(name, "pool" => pool.to_owned()).absolute(total);
+}
+
+/// The numeric form of a breaker state for a gauge: 0 closed, 1 open, 2 half-open.
+pub fn breaker_state_value(state: BreakerState) -> f64 {
+    match state {
+        BreakerState::Closed => 0.0,
+        BreakerState::Open => 1.0,
+        BreakerState::HalfOpen => 2.0,
+    }
+}
+
+impl Export for StreamStats {
+    fn export(&self, pool: &str) {
+        let t = &self.table;
+        for (phase, n) in [
+            ("empty", t.empty),
+            ("starting", t.starting),
+            ("ready", t.ready),
+            ("draining", t.draining),
+        ] {
+            metrics::gauge!("slotpool_stream_slots", "pool" => pool.to_owned(), "phase" => phase)
+                .set(n as f64);
+        }
+        gauge("slotpool_stream_in_flight", pool, t.in_flight as f64);
+        gauge("slotpool_stream_waiting", pool, t.waiting as f64);
+        gauge(
+            "slotpool_stream_breaker_state",
+            pool,
+            breaker_state_value(self.breaker),
+        );
+        counter("slotpool_stream_acquires_total", pool, self.acquires);
+        counter("slotpool_stream_waits_total", pool, self.waits);
+        counter("slotpool_stream_spin_ups_total", pool, self.spin_ups);
+        counter(
+            "slotpool_stream_connect_failures_total",
+            pool,
+            self.connect_failures,
+        );
+        counter(
+            "slotpool_stream_stream_failures_total",
+            pool,
+            self.stream_failures,
+        );
+        counter("slotpool_stream_reaps_total", pool, self.reaps);
+        counter(
+            "slotpool_stream_late_responses_total",
+            pool,
+            self.late_responses,
+        );
+        counter(
+            "slotpool_stream_unknown_responses_total",
+            pool,
+            self.unknown_responses,
+        );
+        counter(
+            "slotpool_stream_breaker_rejections_total",
+            pool,
+            self.breaker_rejections,
+        );
+    }
+}
+
+impl Export for ChannelStats {
+    fn export(&self, pool: &str) {
+        gauge("slotpool_channel_channels", pool, self.channels as f64);
+        gauge("slotpool_channel_clients", pool, self.clients as f64);
+        counter("slotpool_channel_gets_total", pool, self.gets);
+        counter("slotpool_channel_opened_total", pool, self.opened);
+        counter("slotpool_channel_reaps_total", pool, self.reaps);
+    }
+}
+
+impl Export for ClientStats {
+    fn export(&self, pool: &str) {
+        if let Some(capacity) = self.capacity {
+            gauge("slotpool_client_capacity", pool, capacity as f64);
+        }
+        gauge("slotpool_client_clients", pool, self.clients as f64);
+        gauge("slotpool_client_idle", pool, self.idle as f64);
+        gauge("slotpool_client_in_use", pool, self.in_use as f64);
+        gauge("slotpool_client_waiting", pool, self.waiting as f64);
+        counter("slotpool_client_acquires_total", pool, self.acquires);
+        counter("slotpool_client_waits_total", pool, self.waits);
+        counter("slotpool_client_created_total", pool, self.created);
+        counter(
+            "slotpool_client_make_failures_total",
+            pool,
+            self.make_failures,
+        );
+        counter("slotpool_client_discards_total", pool, self.discards);
+        counter("slotpool_client_reaps_total", pool, self.reaps);
+    }
+}
+
+impl Export for SessionStats {
+    fn export(&self, pool: &str) {
+        gauge("slotpool_session_capacity", pool, self.capacity as f64);
+        gauge("slotpool_session_in_use", pool, self.in_use as f64);
+        gauge("slotpool_session_active", pool, self.active as f64);
+        gauge(
+            "slotpool_session_establishing",
+            pool,
+            self.establishing as f64,
+        );
+        gauge("slotpool_session_idle", pool, self.idle as f64);
+        counter("slotpool_session_connects_total", pool, self.connects);
+        counter("slotpool_session_bootstraps_total", pool, self.bootstraps);
+        counter("slotpool_session_reattaches_total", pool, self.reattaches);
+        counter("slotpool_session_failures_total", pool, self.failures);
+        counter("slotpool_session_exhausted_total", pool, self.exhausted);
+        counter("slotpool_session_released_total", pool, self.released);
+        counter("slotpool_session_reaped_total", pool, self.reaped);
+        counter("slotpool_session_rebuilt_total", pool, self.rebuilt);
+    }
+}
