@@ -2,14 +2,19 @@
 //! counting: `valgrind --tool=callgrind target/release/examples/hot_path stream 100000`.
 //!
 //! Which path: `stream` (slotpool's `StreamPool`), `reference` (R1's), `floor` (one CAS below
-//! the limit and one `fetch_sub`). The timed rounds run inside [`timed`], so
+//! the limit and one `fetch_sub`); `saturated-stream` and `saturated-reference` run the
+//! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
+//! `--toggle-collect='*saturated*'`, which takes the tasks' polls). The timed rounds run inside [`timed`], so
 //! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
+
+use std::sync::Arc;
 
 use slotpool_bench::fixtures::NoopConnector;
 use slotpool_bench::report::Floor;
 use slotpool_bench::stream_cases::{
-    current_thread, floor_acquire_release, prewarm_reference, prewarm_slotpool,
-    reference_acquire_release, slotpool_acquire_release, slotpool_pool, DEPTH, STREAMS,
+    current_thread, floor_acquire_release, multi_thread, prewarm_reference, prewarm_slotpool,
+    reference_acquire_release, reference_saturated, slotpool_acquire_release, slotpool_pool,
+    slotpool_saturated, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
 };
 use slotpool_bench::stream_ref::RefStreamPool;
 
@@ -36,7 +41,27 @@ fn main() {
             let floor = Floor::new(STREAMS * DEPTH);
             timed(|| floor_acquire_release(&floor, rounds));
         }
-        other => panic!("unknown path `{other}` (stream, reference or floor)"),
+        "saturated-stream" => {
+            let rt = multi_thread(WORKERS);
+            let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
+            prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
+            let per_task = rounds / SAT_TASKS as u64;
+            timed(|| rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per_task)));
+        }
+        "saturated-reference" => {
+            let rt = multi_thread(WORKERS);
+            let pool = Arc::new(RefStreamPool::new(
+                NoopConnector,
+                Some(SAT_STREAMS),
+                SAT_DEPTH,
+            ));
+            prewarm_reference(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
+            let per_task = rounds / SAT_TASKS as u64;
+            timed(|| rt.block_on(reference_saturated(&pool, SAT_TASKS, per_task)));
+        }
+        other => panic!(
+            "unknown path `{other}` (stream, reference, floor, saturated-stream or saturated-reference)"
+        ),
     }
 }
 

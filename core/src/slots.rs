@@ -620,13 +620,15 @@ impl<T> SlotTable<T> {
             return None;
         }
         let mut scan = Scan::default();
-        if let Some(r) = self.claim_in(&self.base, &mut scan) {
+        if let Some(r) = self.claim_in(&self.base, &mut scan, false) {
             return Some(r);
         }
         let grown = self.grown.as_ref()?;
-        grown
-            .segments
-            .with(|segments| segments.iter().find_map(|s| self.claim_in(s, &mut scan)))
+        grown.segments.with(|segments| {
+            segments
+                .iter()
+                .find_map(|s| self.claim_in(s, &mut scan, false))
+        })
     }
 
     /// Waits for one unit of load (see [`SlotTable::try_reserve`] for where it comes from).
@@ -749,13 +751,13 @@ impl<T> SlotTable<T> {
                 return claimed;
             }
         }
-        if let Some(r) = self.claim_in(&self.base, scan) {
+        if let Some(r) = self.claim_in(&self.base, scan, true) {
             return Some(r);
         }
         if let Some(grown) = &self.grown {
             let found = grown
                 .segments
-                .with(|segments| segments.iter().find_map(|s| self.claim_in(s, scan)));
+                .with(|segments| segments.iter().find_map(|s| self.claim_in(s, scan, true)));
             if found.is_some() {
                 return found;
             }
@@ -766,6 +768,17 @@ impl<T> SlotTable<T> {
             scan.raced = true;
         }
         None
+    }
+
+    /// Joins the lowest-index slot with room in any segment.
+    fn join_anywhere(&self, scan: &mut Scan) -> Option<Reservation> {
+        if let Some(r) = self.join_in(&self.base, scan) {
+            return Some(r);
+        }
+        let grown = self.grown.as_ref()?;
+        grown
+            .segments
+            .with(|segments| segments.iter().find_map(|s| self.join_in(s, scan)))
     }
 
     fn any_room_hint(&self) -> bool {
@@ -833,9 +846,21 @@ impl<T> SlotTable<T> {
     }
 
     /// Claims the lowest-index Empty slot in `segment`: Empty → Starting with load 1.
-    fn claim_in(&self, segment: &Segment<T>, scan: &mut Scan) -> Option<Reservation> {
+    ///
+    /// With `rejoin`, every vacancy word that offers a candidate is followed by one more look
+    /// for room anywhere before claiming. A claimer publishes room before it clears its
+    /// vacancy bit, so a claim whose bit we read as clear has its room visible to that look:
+    /// we join the resource it is starting instead of starting another one, as a caller that
+    /// came a moment later would. (`try_claim_vacant`, which opens resources on purpose,
+    /// passes `false`.)
+    fn claim_in(&self, segment: &Segment<T>, scan: &mut Scan, rejoin: bool) -> Option<Reservation> {
         for (w, word) in segment.vacant.iter().enumerate() {
             let mut candidates = word.load(Ordering::SeqCst);
+            if rejoin && candidates != 0 {
+                if let Some(reservation) = self.join_anywhere(scan) {
+                    return Some(reservation);
+                }
+            }
             while candidates != 0 {
                 let bit = candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
@@ -870,14 +895,17 @@ impl<T> SlotTable<T> {
             .with_phase(Phase::Starting)
             .with_load(1)
             .with_used(true);
-        if slot
-            .word
-            .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
+        if let Err(actual) =
+            slot.word
+                .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
         {
-            // Another claimer won this slot: try the next candidate, and rescan for the room
-            // the winner may have left.
+            // Another claimer won this slot. Join the resource it is starting if it has room
+            // (its room hint may not be published yet); otherwise try the next candidate, and
+            // rescan for room the winner may leave.
             scan.raced = true;
+            if SlotWord(actual).has_room(self.max_load) {
+                return self.try_join(segment, local, scan);
+            }
             return None;
         }
         trace_transition!("slots: claim {} -> {:?}", segment.start + local, next);

@@ -88,6 +88,27 @@ fn claim_vs_join() {
     });
 }
 
+/// Two reservers on a two-slot table of depth 2: whatever the interleaving, both land on slot
+/// 0 (one claims, one joins) and slot 1 stays Empty. A reserver that crosses another's claim
+/// (it lost the claiming CAS, or it read the vacancy bitmap after the claimer cleared its bit
+/// but the room bitmap before the claimer set it) joins the new resource instead of starting
+/// a second one: concurrent callers fill a starting resource before opening another.
+#[test]
+fn crossing_a_claim_joins_it() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 2).unwrap());
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        let mine = table.try_reserve().unwrap();
+        let theirs = other.join().unwrap();
+        assert_eq!((mine.index(), theirs.index()), (0, 0), "a second resource started");
+        assert!(mine.claimed() ^ theirs.claimed(), "exactly one claim");
+        assert_eq!(table.word(1).unwrap().phase(), Phase::Empty);
+    });
+}
+
 /// Concurrent spin-ups on a two-slot table of depth 1 claim two different slots and never a
 /// third.
 #[test]
