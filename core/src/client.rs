@@ -7,70 +7,104 @@
 //! [`ClientPool::acquire`] hands out an idle client if there is one, else builds a new one
 //! with the user's [`ClientFactory`] on a channel from the [`ChannelPool`]
 //! (lowest channel with room). The [`ClientGuard`] derefs to the client and returns it to the
-//! idle set on drop, idle since that moment; [`ClientGuard::discard`] drops a broken client
-//! instead. An optional `max_clients` bounds live clients; callers wait for one (FIFO,
-//! cancel-safe), or use [`ClientPool::try_acquire`] / [`ClientPool::acquire_timeout`]. Each
-//! client holds its [`ChannelGuard`] for its whole life, so dropping a client (discarded or
-//! reaped) releases its channel.
+//! idle set on drop; [`ClientGuard::discard`] drops a broken client instead. An optional
+//! `max_clients` bounds live clients; callers wait for one (FIFO, cancel-safe), or use
+//! [`ClientPool::try_acquire`] / [`ClientPool::acquire_timeout`]. Each client holds its
+//! [`ChannelGuard`] for its whole life, so dropping a client (discarded or reaped) releases its
+//! channel.
 //!
-//! # How: a slot per client, and a cell word that says who owns it
+//! # How: the slot word owns the client
 //!
 //! Clients live in a [`SlotTable`] with `max_load = 1` (bounded by `max_clients`, or
-//! unbounded): a client slot's load is 1 while someone owns it and 0 while it is idle. The
-//! table finds the **lowest-index** idle client (one bitmap load, one CAS) or claims the
-//! lowest Empty slot for a new one; since new clients take the lowest channel with room,
-//! low client slots sit on low channels, and reusing low slots first lets high slots (and
-//! their channels) go idle and be reaped. Waiting for a slot is the table's gate: a release
-//! with nobody waiting takes no lock.
+//! unbounded). **The slot word is the truth about who owns a client**: load 1 while a guard
+//! (or a builder) owns it, load 0 while it sits idle in the slot. The table finds the
+//! **lowest-index** idle client (one bitmap load, one CAS) or claims the lowest Empty slot for
+//! a new one; since new clients take the lowest channel with room, low client slots sit on
+//! low channels, and reusing low slots first lets high slots (and their channels) go idle and
+//! be reaped. Waiting for a slot is the table's gate: a release with nobody waiting takes no
+//! lock.
 //!
-//! Next to each slot, an [`ExclusiveCell`] holds the idle client and one `AtomicU64`, the
-//! **cell word** (`stamp << 2 | state`), that says who owns the client:
+//! Next to each slot (on the slot's own cache line, which the table's CAS has just brought to
+//! the owner's core) an [`ExclusiveCell`] holds
+//!
+//! * the idle client, in an `UnsafeCell`: **whoever holds the slot's unit of load has
+//!   exclusive access to it** (the checked CAS `load < 1` admits one holder at a time, and
+//!   every hand-over is a `SeqCst` RMW on the slot word, so each holder's writes happen before
+//!   the next holder's reads);
+//! * the **idle word** (`stamp << 2 | state`), written by a returning guard with one plain
+//!   store and *only read* by an acquirer. It exists for the reaper alone, which is the one
+//!   party that takes a client without holding a unit; the slot table offers no "retire this
+//!   slot if it is still idle" step that would let it do so through the slot word (see
+//!   "Reaping" below);
+//! * the slot's checkout count, bumped by the owner with a plain load and store (only the
+//!   owner writes it), summed by [`ExclusiveSlots::counts`].
+//!
+//! So an acquire of an idle client is the table's CAS plus one load of the idle word on the
+//! same line; a release is one store on that line plus the table's release. No lock, no other
+//! read-modify-write, and no clock read (see "Idle time").
+//!
+//! # Reaping: a Dekker handshake on the idle word
 //!
 //! ```text
-//!            claim (table: Empty → Starting)       occupy (built)
-//!   Empty ------------------------------------------------------> Busy
-//!     ^  ^                                                        |  ^
-//!     |  |  retire (discard, make failed, close)                 |  | acquire: CAS Idle → Busy
-//!     |  +-------------------------------------------------------+  |  (after the table join)
-//!     |                                      check_in: store Idle(now) then table release
-//!     |                                                           v  |
-//!     +------ reaper: take client, Empty, drain slot ---- Reaping <-- Idle(stamp)
-//!                                                     CAS Idle(stamp) → Reaping
+//!                    release: store Idle(stamp)         reaper wins (3)
+//!   Empty ---------------------------------------> Idle ---------------> Empty
+//!     ^                                            |  ^    ^
+//!     |  retire (discard, failed build)     (1)    |  |    | (restore) reaper saw a holder,
+//!     +------ store Empty -------       reaper CAS v  |    | or an acquirer aborted the reap
+//!                                              Reaping ---+
 //! ```
 //!
-//! * **acquire** joins an idle slot in the table (load 0 → 1), then CASes the cell word
-//!   `Idle → Busy`. The table's CAS makes it the only acquirer; the cell CAS orders it against
-//!   the **reaper**, the only other party that moves an Idle word. If the reaper won, the
-//!   acquirer gives its unit back and looks again (the slot is being emptied).
-//! * **reap** CASes the exact word `Idle(stamp)` (stamp old enough) to Reaping. An acquirer's
-//!   CAS or a check-in changes the word, so the reaper's CAS fails: **a reap never takes a
-//!   client that was just acquired**, and an acquirer never gets a client being reaped.
-//! * **release** (guard drop) stores the client in the cell, stores `Idle(now)`, then releases
-//!   the table unit, in that order, so whoever joins the slot next finds the client there.
+//! A reaper pass, for a slot that is Ready with load 0 and whose idle word says
+//! `Idle(stamp)` with an expired stamp:
 //!
-//! The idle client sits in a `Mutex<Option<_>>`, which is **never contended**: it is locked
-//! only by the party the cell word names as owner (the checker-in while Busy, the acquirer
-//! that won `Idle → Busy`, the reaper that won `Idle → Reaping`), and the word moves to a new
-//! owner only after the previous one unlocked. So the lock is one uncontended CAS and one
-//! store, kept for the memory-safety it gives without `unsafe`. (Safe Rust needs *some* cell
-//! here; an `UnsafeCell` would save two uncontended atomics per acquire/release cycle.)
+//! 1. CAS the idle word `Idle(stamp) → Reaping(stamp)`, then
+//! 2. load the slot word. Load 0 (same incarnation): nobody holds the client. Otherwise a
+//!    holder got in first: CAS `Reaping → Idle` back and move on.
+//! 3. CAS `Reaping(stamp) → Empty`. Won: the client is the reaper's; it takes it from the cell
+//!    and drains the slot (Empty at once, or when a joiner that lost gives its unit back).
 //!
-//! INVARIANT: the cell word is Idle exactly while the cell holds the client of the slot's
-//! current incarnation and the slot is Ready; Busy exactly while a guard (or a builder that
-//! has occupied the slot) owns it; Reaping only inside a reaper pass. All cell-word accesses
-//! are `SeqCst` to agree with the table's words (the Dekker argument of [`crate::gate`] needs
-//! the table's, not ours, but mixing orders here would buy nothing measurable).
+//! An **acquirer** joins the slot (the table's CAS, load 0 → 1), then loads the idle word:
+//! `Idle` means the client is its own; `Empty` means a reaper won (give the unit back and
+//! look again); `Reaping` means a reaper is between steps 1 and 3, and the acquirer cannot
+//! tell whether the reaper's step 2 saw its unit, so it **aborts the reap** with its own CAS
+//! `Reaping(stamp) → Idle(stamp)`: exactly one of that CAS and the reaper's step 3 succeeds,
+//! and whoever wins owns the client.
+//!
+//! Why nobody else can be between the acquirer's two steps and the reaper's: the acquirer
+//! writes the slot word then reads the idle word; the reaper writes the idle word then reads
+//! the slot word; all four are `SeqCst`, so in the single total order one of them sees the
+//! other's write (the Dekker pattern of [`crate::gate`]; `dekker_fence` states it for loom).
+//! If the reaper sees load 0, the acquirer's join comes later and its load sees `Reaping` or
+//! `Empty`; if the acquirer sees `Idle`, the reaper's step 1 comes later and its step 2 sees
+//! the acquirer's unit. A returning guard stores a fresh `Idle` before its table release, so a
+//! reaper that read the old word fails its step 3 (or its step 1). **A reap never takes a
+//! client that was just acquired, and a released client goes to exactly one caller.**
+//!
+//! The idle word is not touched on acquire, so while a client is in use its word still shows
+//! the previous `Idle(stamp)`; the reaper's pre-check of the slot word (load 0) skips such
+//! slots, and step 2 catches the rest. Reaper passes are serialised by a mutex (they are
+//! cold), so step 3 cannot be confused by a second reaper's `Reaping` of the same stamp.
+//!
+//! INVARIANT: the cell holds a client exactly while the slot is Ready with load 0 and its idle
+//! word is not `Empty` (outside the few instructions of a hand-over); it is `None` while a
+//! guard or a builder owns the client, and after a reap, discard or failed build.
 //!
 //! The loom models in `slotpool-loom-tests/tests/channel_client.rs` check [`ExclusiveSlots`],
-//! the protocol type the pool is built on: a reap racing an acquire, and two callers racing
-//! for one client.
+//! the protocol type the pool is built on: a reap racing an acquire and a check-in, two
+//! callers racing for one client, and a close racing a check-in.
 //!
 //! # Idle time
 //!
-//! A check-in stamps the cell with nanoseconds of the pool's injected `quanta::Clock` (one
-//! clock read per release; the mock clock in tests). [`ClientPool::reap`] closes clients idle
-//! for at least the idle timeout and releases their channels **with the client's idle-since
-//! time**, so a [`ChannelPool::reap`] at the same instant closes the channels they leave idle.
+//! A returning guard stamps the idle word with the pool's **recent time**: the later of the
+//! injected clock's cheap `recent()` reading (exact for `quanta::Clock::mock()`, the time of
+//! quanta's upkeep thread if the application runs one) and the time of the pool's last reap
+//! pass. Neither is a clock read. [`ClientPool::reap`] closes clients idle for at least the
+//! idle timeout **plus the stamp's staleness bound** (the background reap interval, when the
+//! pool runs one; zero otherwise), so a client is never reaped early under a background
+//! reaper, and with manual `reap` calls its idle time counts from its release or from the
+//! last reap pass before it, whichever is later. Reaped clients release their channels with
+//! that idle-since time, so a [`ChannelPool::reap`] at the same instant closes the channels
+//! they leave idle (nested reaping).
 //!
 //! # Failure model
 //!
@@ -80,13 +114,15 @@
 //!
 //! # Lifetimes
 //!
-//! Guards hold an `Arc` of the pool's shared state, not of the [`ClientPool`] handle: dropping
-//! the last handle closes the pool (waiters get [`ClientError::Closed`], idle clients are
-//! dropped, clients returned later are dropped too) and stops the reaper task even while
-//! guards live.
+//! A guard keeps the pool's shared state alive through its client's **anchor** (one `Arc` per
+//! live client that holds the shared state and travels with the client, so checkouts write no
+//! shared reference count), not through the [`ClientPool`] handle: dropping the last handle
+//! closes the pool (waiters get [`ClientError::Closed`], idle clients are dropped, clients
+//! returned later are dropped too) and stops the reaper task even while guards live. The
+//! anchors of idle clients form a cycle through the shared state, which that close breaks.
 //!
-//! This module owns client lifecycles and the cell word; capacity search and waiting are the
-//! slot table's and the gate's, channels are [`crate::channel`]'s.
+//! This module owns client lifecycles, the cells and the idle word; capacity search and
+//! waiting are the slot table's and the gate's, channels are [`crate::channel`]'s.
 //!
 //! [`ChannelPool`]: crate::channel::ChannelPool
 //! [`ChannelPool::reap`]: crate::channel::ChannelPool::reap
@@ -100,13 +136,13 @@ use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::WaitState;
-use crate::slots::{Capacity, Generation, Reservation, SlotTable, TableStats};
-use crate::sync::{spin, trace_transition, AtomicU64, Mutex, Ordering};
+use crate::slots::{Capacity, Generation, Phase, Reservation, SlotTable, SlotWord, TableStats};
+use crate::sync::{dekker_fence, spin, trace_transition, AtomicU64, Mutex, Ordering, UnsafeCell};
 
 #[cfg(not(slotpool_loom))]
 pub use pool::*;
 
-/// The largest stamp a cell word holds (62 bits).
+/// The largest stamp an idle word holds (62 bits).
 pub const MAX_STAMP: u64 = (1 << 62) - 1;
 
 /// How many times an acquirer that lost a slot to the reaper looks again before it waits (a
@@ -114,45 +150,61 @@ pub const MAX_STAMP: u64 = (1 << 62) - 1;
 const LOST_RETRIES: usize = 64;
 
 // ---------------------------------------------------------------------------------------------
-// The cell word
+// The idle word
 // ---------------------------------------------------------------------------------------------
 
-/// Who owns an exclusive slot's client, as the cell word says. See the
-/// [module documentation](self).
+/// Where an exclusive slot's client is, as [`ExclusiveSlots::state`] reports it (from the slot
+/// word and the idle word together). See the [module documentation](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CellState {
-    /// No client (never built, being built, or gone).
+    /// No client (never built, or gone).
     Empty,
-    /// A guard owns the client.
+    /// A guard (or a builder) owns the client.
     Busy,
-    /// The client sits in the cell, idle since the stamp.
+    /// The client sits in the cell, idle.
     Idle,
-    /// A reaper won the idle client and is removing it.
+    /// A reaper is deciding whether it takes the idle client.
     Reaping,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct CellWord(u64);
+/// What the idle word itself says (the reaper's handshake; see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdleState {
+    /// No client to reap (none built yet, or discarded, or reaped).
+    Empty,
+    /// The last holder returned the client at the stamp (it may be in use again since).
+    Idle,
+    /// A reaper is between its first and last step.
+    Reaping,
+}
 
-impl CellWord {
-    const EMPTY: CellWord = CellWord(0);
-    const BUSY: CellWord = CellWord(1);
+/// `stamp << 2 | state` in one `u64`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct IdleWord(u64);
+
+impl IdleWord {
+    const STATE_MASK: u64 = 0b11;
+    const EMPTY: IdleWord = IdleWord(0);
 
     const fn idle(stamp: u64) -> Self {
-        CellWord((stamp << 2) | 2)
+        IdleWord((stamp << 2) | 1)
     }
 
     /// The same stamp, Reaping.
     const fn reaping(self) -> Self {
-        CellWord((self.0 & !0b11) | 3)
+        IdleWord((self.0 & !Self::STATE_MASK) | 2)
     }
 
-    const fn state(self) -> CellState {
-        match self.0 & 0b11 {
-            0 => CellState::Empty,
-            1 => CellState::Busy,
-            2 => CellState::Idle,
-            _ => CellState::Reaping,
+    /// The same stamp, Idle.
+    const fn restored(self) -> Self {
+        IdleWord((self.0 & !Self::STATE_MASK) | 1)
+    }
+
+    const fn state(self) -> IdleState {
+        match self.0 & Self::STATE_MASK {
+            0 => IdleState::Empty,
+            1 => IdleState::Idle,
+            _ => IdleState::Reaping,
         }
     }
 
@@ -161,9 +213,9 @@ impl CellWord {
     }
 }
 
-impl fmt::Debug for CellWord {
+impl fmt::Debug for IdleWord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CellWord")
+        f.debug_struct("IdleWord")
             .field("state", &self.state())
             .field("stamp", &self.stamp())
             .finish()
@@ -174,28 +226,77 @@ impl fmt::Debug for CellWord {
 // The protocol: exclusive slots
 // ---------------------------------------------------------------------------------------------
 
-/// Per-slot data of an [`ExclusiveSlots`] table: the idle value and the word that says who
-/// owns it.
+/// Per-slot data of an [`ExclusiveSlots`] table: the idle value, the idle word and the
+/// checkout count. See the [module documentation](self).
 pub struct ExclusiveCell<T> {
-    /// The cell word. INVARIANT: see the [module documentation](self).
-    word: AtomicU64,
-    /// The idle value. Locked only by the owner the cell word names, so never contended.
-    value: Mutex<Option<T>>,
+    /// The idle word. Written by the holder (release, retire), read by acquirers, CASed by the
+    /// reaper and by an acquirer that aborts a reap.
+    idle: AtomicU64,
+    /// Checkouts of this slot, all incarnations. Written only by the slot's current holder
+    /// (plain load and store: the hand-over CAS orders holders), read by statistics.
+    checkouts: AtomicU64,
+    /// The idle value. INVARIANT: accessed only by the holder of the slot's unit of load, or by
+    /// the reaper that won the idle word (step 3); `Some` exactly while idle (module docs).
+    value: UnsafeCell<Option<T>>,
 }
+
+// SAFETY: the value in the cell is only ever accessed by one thread at a time: the holder of
+// the slot's single unit of load (the table's checked CAS admits one) or the reaper that won
+// the idle word while no unit was held, and each hand-over between them is a `SeqCst` RMW on
+// the slot word or the idle word, which orders the previous accessor's writes before the next
+// accessor's reads (module docs; the loom models check it). The value moves between threads,
+// hence `T: Send`; it is never shared, so `T: Sync` is not needed.
+unsafe impl<T: Send> Sync for ExclusiveCell<T> {}
 
 impl<T> Default for ExclusiveCell<T> {
     fn default() -> Self {
         Self {
-            word: AtomicU64::new(CellWord::EMPTY.0),
-            value: Mutex::new(None),
+            idle: AtomicU64::new(IdleWord::EMPTY.0),
+            checkouts: AtomicU64::new(0),
+            value: UnsafeCell::new(None),
         }
+    }
+}
+
+impl<T> ExclusiveCell<T> {
+    fn idle_word(&self) -> IdleWord {
+        IdleWord(self.idle.load(Ordering::SeqCst))
+    }
+
+    /// Counts one checkout. Only the slot's holder calls it, so a plain load and store do.
+    fn count_checkout(&self) {
+        let n = self.checkouts.load(Ordering::Relaxed);
+        self.checkouts.store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Takes the idle value out.
+    ///
+    /// # Safety
+    /// The caller holds the slot's unit of load and saw the idle word `Idle` after joining (or
+    /// won `Reaping → Idle`), or is the reaper that won `Reaping → Empty`.
+    unsafe fn take(&self) -> Option<T> {
+        // SAFETY: exclusive by the caller's contract.
+        self.value.with_mut(|value| unsafe { (*value).take() })
+    }
+
+    /// Puts the value in.
+    ///
+    /// # Safety
+    /// The caller holds the slot's unit of load and owns the client (the cell is empty).
+    unsafe fn put(&self, value: T) {
+        // SAFETY: exclusive by the caller's contract.
+        self.value.with_mut(|cell| unsafe {
+            debug_assert!((*cell).is_none(), "a returned client overwrote an idle one");
+            *cell = Some(value);
+        });
     }
 }
 
 impl<T> fmt::Debug for ExclusiveCell<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExclusiveCell")
-            .field("word", &CellWord(self.word.load(Ordering::SeqCst)))
+            .field("idle", &self.idle_word())
+            .field("checkouts", &self.checkouts.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -245,17 +346,21 @@ pub struct ExclusiveCounts {
     pub live: usize,
     /// Idle values.
     pub idle: usize,
+    /// Values handed out (idle ones taken, built ones occupied), all slots and incarnations.
+    pub checkouts: u64,
     /// The slot table's own counts.
     pub table: TableStats,
 }
 
 /// The exclusive-resource protocol the [`ClientPool`] is built on: a slot table with
-/// `max_load = 1` plus a cell word per slot. See the [module documentation](self).
-/// Executor-free, so loom checks it directly.
+/// `max_load = 1` plus a cell per slot. See the [module documentation](self). Executor-free,
+/// so loom checks it directly.
 ///
 /// [`ClientPool`]: crate::client::ClientPool
 pub struct ExclusiveSlots<T> {
     table: SlotTable<ExclusiveCell<T>>,
+    /// Serialises reaper passes (cold), so a pass's step 3 sees only its own `Reaping`.
+    reaping: Mutex<()>,
 }
 
 impl<T> ExclusiveSlots<T> {
@@ -266,6 +371,7 @@ impl<T> ExclusiveSlots<T> {
     pub fn new(capacity: Capacity) -> Result<Self, ConfigError> {
         Ok(Self {
             table: SlotTable::new(capacity, 1)?,
+            reaping: Mutex::new(()),
         })
     }
 
@@ -292,8 +398,8 @@ impl<T> ExclusiveSlots<T> {
         }
     }
 
-    /// One try: join or claim in the table, then win the cell. A cell lost to a reaper is
-    /// given back and the table searched again, a bounded number of times.
+    /// One try: join or claim in the table, then check the idle word. A slot lost to a reaper
+    /// is given back and the table searched again, a bounded number of times.
     fn attempt(&self) -> Option<Checkout<T>> {
         for _ in 0..LOST_RETRIES {
             let reservation = self.table.try_reserve().ok()?;
@@ -308,32 +414,43 @@ impl<T> ExclusiveSlots<T> {
     fn admit(&self, reservation: Reservation) -> Option<Checkout<T>> {
         let lease = Lease { reservation };
         if reservation.claimed() {
+            // Counted by `occupy`, once the value is built.
             return Some(Checkout::Vacant { lease });
         }
         let taken = self
             .table
             .with_slot(reservation.index(), |slot| {
                 let cell = slot.data();
-                let mut current = CellWord(cell.word.load(Ordering::SeqCst));
+                // Our join (a SeqCst RMW on the slot word) before this load: Dekker with the
+                // reaper's steps 1 and 2.
+                dekker_fence();
+                let mut current = cell.idle_word();
                 loop {
-                    if current.state() != CellState::Idle {
-                        // A reaper won this client (Reaping, or Empty once it took it): the
-                        // slot is about to be drained.
-                        return None;
-                    }
-                    match cell.word.compare_exchange(
-                        current.0,
-                        CellWord::BUSY.0,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    ) {
-                        Ok(_) => break,
-                        // Only a reaper moves an Idle word we hold the unit of: re-check.
-                        Err(actual) => current = CellWord(actual),
+                    match current.state() {
+                        IdleState::Idle => break,
+                        IdleState::Reaping => {
+                            // A reaper is between its steps; abort its reap. Exactly one of
+                            // this CAS and its step 3 succeeds.
+                            match cell.idle.compare_exchange(
+                                current.0,
+                                current.restored().0,
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            ) {
+                                Ok(_) => break,
+                                // The reaper finished (Empty: it won; Idle: it backed off).
+                                Err(actual) => current = IdleWord(actual),
+                            }
+                        }
+                        // A reaper won this client: the slot is about to be drained.
+                        IdleState::Empty => return None,
                     }
                 }
-                // We own the cell now (Busy): the lock is uncontended.
-                Some(cell.value.lock().take())
+                cell.count_checkout();
+                // SAFETY: we hold the slot's unit and the idle word said Idle after our join
+                // (or we won Reaping → Idle): no reaper can take the value any more, and no
+                // other holder exists.
+                Some(unsafe { cell.take() })
             })
             .flatten();
         match taken {
@@ -341,8 +458,8 @@ impl<T> ExclusiveSlots<T> {
                 trace_transition!("client: reuse {}", lease.index());
                 Some(Checkout::Idle { lease, value })
             }
-            // INVARIANT says Idle implies a value; if it were ever missing, the caller builds
-            // a fresh one in this (Busy, Ready) slot rather than losing it.
+            // INVARIANT says Idle and load 0 imply a value; if it were ever missing, the caller
+            // builds a fresh one in this (held, Ready) slot rather than losing the slot.
             Some(None) => {
                 debug_assert!(false, "idle cell without a value");
                 Some(Checkout::Vacant { lease })
@@ -356,56 +473,71 @@ impl<T> ExclusiveSlots<T> {
     }
 
     /// The builder's half: the value for a [`Checkout::Vacant`] slot is built; the caller owns
-    /// it (Busy) and the slot is Ready.
+    /// it and the slot is Ready.
     pub fn occupy(&self, lease: &Lease) {
-        self.table.with_slot(lease.index(), |slot| {
-            slot.data().word.store(CellWord::BUSY.0, Ordering::SeqCst);
-        });
+        self.table
+            .with_slot(lease.index(), |slot| slot.data().count_checkout());
         // `false` if the slot was Ready already (a rebuilt value): nothing to do then.
         let _ = self.table.mark_ready(lease.index(), lease.generation());
     }
 
     /// Returns `value` to the slot, idle since `stamp` (clamped to [`MAX_STAMP`]), and
-    /// releases the lease. The value is in the cell before the slot shows room.
-    pub fn check_in(&self, lease: Lease, value: T, stamp: u64) {
+    /// releases the lease. The value is in the cell and the idle word stamped before the slot
+    /// shows room.
+    ///
+    /// Returns `false` if the table was closed meanwhile: the value may then sit in a closed
+    /// table, and the caller must run a closing pass (`reap(|_| true)`) to take it back out.
+    #[must_use = "a value returned to a closed table must be reaped"]
+    pub fn check_in(&self, lease: Lease, value: T, stamp: u64) -> bool {
         self.table.with_slot(lease.index(), |slot| {
             let cell = slot.data();
-            debug_assert_eq!(
-                CellWord(cell.word.load(Ordering::SeqCst)).state(),
-                CellState::Busy
-            );
-            // We own the cell (Busy): the lock is uncontended.
-            *cell.value.lock() = Some(value);
-            cell.word
-                .store(CellWord::idle(stamp.min(MAX_STAMP)).0, Ordering::SeqCst);
+            // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
+            // and nobody else may touch it until our release below.
+            unsafe { cell.put(value) };
+            // Release: the value is written before the word; the table release below is the
+            // hand-over that orders both before the next holder or the reaper.
+            cell.idle
+                .store(IdleWord::idle(stamp.min(MAX_STAMP)).0, Ordering::Release);
         });
         trace_transition!("client: check in {}", lease.index());
         self.table.release(lease.reservation);
+        // Our release (SeqCst RMW) before this load, `close` sets CLOSED (SeqCst RMW) before its
+        // pass reads the slot words: one of us sees the other.
+        dekker_fence();
+        !self.table.is_closed()
     }
 
     /// Gives the slot up without a value (discarded, failed to build, pool closed): the slot
     /// drains and returns to Empty.
     pub fn retire(&self, lease: Lease) {
         self.table.with_slot(lease.index(), |slot| {
-            slot.data().word.store(CellWord::EMPTY.0, Ordering::SeqCst);
+            // No value to reap: a reaper that read the old Idle word fails its next CAS.
+            slot.data().idle.store(IdleWord::EMPTY.0, Ordering::SeqCst);
         });
         self.table.begin_drain(lease.index(), lease.generation());
         self.table.release(lease.reservation);
     }
 
     /// One reaper pass: removes every idle value whose stamp `expired` accepts and returns
-    /// each with its stamp (for the caller to drop outside any slot operation). An acquire
-    /// racing the pass wins: the reaper's CAS expects the exact idle word.
+    /// each with its stamp (for the caller to drop outside any slot operation). An acquire or a
+    /// check-in racing the pass wins (module docs).
     pub fn reap(&self, mut expired: impl FnMut(u64) -> bool) -> Vec<(T, u64)> {
+        let _serialised = self.reaping.lock();
         let mut reaped = Vec::new();
         self.table.for_each_slot(|index, slot| {
-            let cell = slot.data();
-            let current = CellWord(cell.word.load(Ordering::SeqCst));
-            if current.state() != CellState::Idle || !expired(current.stamp()) {
+            let word = slot.word();
+            if word.phase() != Phase::Ready || word.load() != 0 {
+                // Held (its idle word may still show the previous stamp), or not live.
                 return;
             }
+            let cell = slot.data();
+            let current = cell.idle_word();
+            if current.state() != IdleState::Idle || !expired(current.stamp()) {
+                return;
+            }
+            // Step 1.
             if cell
-                .word
+                .idle
                 .compare_exchange(
                     current.0,
                     current.reaping().0,
@@ -414,17 +546,46 @@ impl<T> ExclusiveSlots<T> {
                 )
                 .is_err()
             {
-                // An acquirer took it (or a check-in restamped it) since we looked.
+                // Returned again (a fresh stamp) or retired since we looked.
                 return;
             }
-            // We own the cell now (Reaping): the lock is uncontended.
-            let value = cell.value.lock().take();
-            // INVARIANT: only the winner of the cell word retires an idle client's slot
-            // (acquirers that lose give their unit back without draining), so the generation
-            // is stable here.
-            let generation = slot.word().generation();
-            cell.word.store(CellWord::EMPTY.0, Ordering::SeqCst);
-            self.table.begin_drain(index, generation);
+            // Step 2: our RMW on the idle word before this load (Dekker with `admit`).
+            dekker_fence();
+            let now = slot.word();
+            let unheld = now.generation() == word.generation()
+                && now.phase() == Phase::Ready
+                && now.load() == 0;
+            if !unheld {
+                // A holder got in first: give the word back (unless it changed it already).
+                let _ = cell.idle.compare_exchange(
+                    current.reaping().0,
+                    current.0,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                return;
+            }
+            // Step 3.
+            if cell
+                .idle
+                .compare_exchange(
+                    current.reaping().0,
+                    IdleWord::EMPTY.0,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_err()
+            {
+                // An acquirer aborted the reap (it owns the client now).
+                return;
+            }
+            // SAFETY: we won Reaping → Empty while no unit was held: acquirers that join now
+            // see Empty and leave the value alone, and nobody can claim the slot before our
+            // drain below.
+            let value = unsafe { cell.take() };
+            // INVARIANT: only the winner of the idle word retires an idle client's slot, so
+            // the generation is the one we read.
+            self.table.begin_drain(index, word.generation());
             trace_transition!("client: reaped {}", index);
             if let Some(value) = value {
                 reaped.push((value, current.stamp()));
@@ -437,6 +598,9 @@ impl<T> ExclusiveSlots<T> {
     /// valid.
     pub fn close(&self) {
         self.table.close();
+        // Our close (a SeqCst RMW on the gate) before the closing pass's loads of the slot
+        // words: Dekker with `check_in`, which releases and then checks for the close.
+        dekker_fence();
     }
 
     /// Whether [`ExclusiveSlots::close`] was called.
@@ -449,35 +613,45 @@ impl<T> ExclusiveSlots<T> {
         self.table.capacity()
     }
 
-    /// Counts live and idle values (scans every slot; for statistics).
+    /// Counts live and idle values and checkouts (scans every slot; for statistics).
     pub fn counts(&self) -> ExclusiveCounts {
         let mut counts = ExclusiveCounts {
             table: self.table.stats(),
             ..ExclusiveCounts::default()
         };
         self.table.for_each_slot(|_, slot| {
-            let word = CellWord(slot.data().word.load(Ordering::SeqCst));
-            match word.state() {
-                CellState::Idle => {
+            counts.checkouts = counts
+                .checkouts
+                .wrapping_add(slot.data().checkouts.load(Ordering::Relaxed));
+            match Self::state_of(slot.word(), slot.data().idle_word()) {
+                CellState::Idle | CellState::Reaping => {
                     counts.idle += 1;
                     counts.live += 1;
                 }
                 CellState::Busy => counts.live += 1,
-                // A slot being built is live too (its cell says Empty until occupied).
-                CellState::Empty if slot.word().phase() == crate::slots::Phase::Starting => {
-                    counts.live += 1;
-                }
-                CellState::Empty | CellState::Reaping => {}
+                CellState::Empty => {}
             }
         });
         counts
     }
 
-    /// The cell state of slot `index` (for tests and models).
+    /// The state of slot `index`'s client (for tests and models).
     pub fn state(&self, index: usize) -> Option<CellState> {
         self.table.with_slot(index, |slot| {
-            CellWord(slot.data().word.load(Ordering::SeqCst)).state()
+            Self::state_of(slot.word(), slot.data().idle_word())
         })
+    }
+
+    fn state_of(word: SlotWord, idle: IdleWord) -> CellState {
+        match (word.phase(), word.load(), idle.state()) {
+            // Being built (claimed, not yet occupied).
+            (Phase::Starting, _, _) => CellState::Busy,
+            (Phase::Ready, 0, IdleState::Idle) => CellState::Idle,
+            (Phase::Ready, 0, IdleState::Reaping) => CellState::Reaping,
+            (Phase::Ready, 0, IdleState::Empty) => CellState::Empty,
+            (Phase::Ready, _, _) => CellState::Busy,
+            (Phase::Empty | Phase::Draining, _, _) => CellState::Empty,
+        }
     }
 }
 
@@ -540,7 +714,7 @@ mod pool {
     use crate::error::{ConfigError, Reach, TryAcquireError};
     use crate::reap::nanos;
     use crate::slots::Capacity;
-    use crate::sync::{Arc, Counter};
+    use crate::sync::{Arc, AtomicU64, CachePadded, Counter, Ordering};
 
     /// Builds a client on a channel.
     pub trait ClientFactory<Ch>: Send + Sync + 'static {
@@ -682,6 +856,10 @@ mod pool {
                 None => None,
             };
             let base = self.clock.now();
+            let staleness = match runtime {
+                Some(_) => self.reap_interval.map_or(0, nanos),
+                None => 0,
+            };
             let shared = Arc::new(ClientShared {
                 slots,
                 channels: self.channels,
@@ -689,6 +867,8 @@ mod pool {
                 clock: self.clock,
                 base,
                 idle_timeout: self.idle_timeout,
+                recent: AtomicU64::new(0),
+                staleness,
                 counters: Counters::default(),
             });
             let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
@@ -764,26 +944,52 @@ mod pool {
     }
 
     /// What an idle slot holds: the client and its share of a channel.
-    struct Pooled<C: ChannelConnector, Cl> {
-        client: Cl,
+    struct Pooled<C: ChannelConnector, F: ClientFactory<C::Channel>> {
+        client: F::Client,
         /// Held for the client's whole life (R1): dropping the client releases it.
         channel: ChannelGuard<C>,
+        /// The client's own handle on the pool (see [`Anchor`]).
+        anchor: Arc<CachePadded<Anchor<C, F>>>,
+    }
+
+    /// One per live client: what keeps the pool's shared state alive for the client's guard.
+    ///
+    /// A guard that held an `Arc` of [`ClientShared`] itself would clone and drop that one
+    /// count on every checkout, from every thread: a cache line all callers write. The anchor
+    /// is the client's own count (on its own line), which travels with the client: a checkout
+    /// moves it out of the cell with the client (no count change), and a return clones it only
+    /// for the duration of the check-in (the table's release touches the shared state after the
+    /// client is back in the cell, where a concurrent `close` may drop it). Its line is written
+    /// only by whoever holds the client.
+    ///
+    /// The anchors of idle clients make a cycle (shared state → cell → anchor → shared state);
+    /// `close` (run when the last [`ClientPool`] handle drops) breaks it by dropping every idle
+    /// client, and a guard returned to a closed pool drops its client.
+    struct Anchor<C: ChannelConnector, F: ClientFactory<C::Channel>> {
+        shared: Arc<ClientShared<C, F>>,
     }
 
     /// State shared by the pool handle, its guards and its reaper.
     struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
-        slots: ExclusiveSlots<Pooled<C, F::Client>>,
+        slots: ExclusiveSlots<Pooled<C, F>>,
         channels: Arc<ChannelPool<C>>,
         factory: F,
         clock: quanta::Clock,
-        /// Time zero of the cells' nanosecond stamps.
+        /// Time zero of the idle words' nanosecond stamps.
         base: quanta::Instant,
         idle_timeout: Duration,
+        /// The time of the last reap pass (nanoseconds since `base`): a floor for release
+        /// stamps, which read no clock (module docs, "Idle time").
+        recent: AtomicU64,
+        /// How stale a release stamp can be (nanoseconds): the background reap interval, or
+        /// zero without a background reaper. Added to the idle timeout, so nothing is reaped
+        /// early.
+        staleness: u64,
         counters: Counters,
     }
 
+    /// Counters of the cold paths (acquires are counted per slot by their holders).
     struct Counters {
-        acquires: Counter,
         waits: Counter,
         created: Counter,
         make_failures: Counter,
@@ -794,7 +1000,6 @@ mod pool {
     impl Default for Counters {
         fn default() -> Self {
             Self {
-                acquires: Counter::new(),
                 waits: Counter::new(),
                 created: Counter::new(),
                 make_failures: Counter::new(),
@@ -809,68 +1014,135 @@ mod pool {
             nanos(at.saturating_duration_since(self.base)).min(MAX_STAMP)
         }
 
+        /// A release stamp without a clock read: the later of the clock's cheap `recent()`
+        /// (a mock clock's time, or quanta's upkeep time; before `base` without upkeep) and the
+        /// last reap pass.
+        #[inline]
+        fn release_stamp(&self) -> u64 {
+            let recent = self.recent.load(Ordering::Relaxed);
+            self.stamp(self.clock.recent()).max(recent)
+        }
+
+        /// The instant a stamp stands for, at its latest (stamp plus staleness), capped at
+        /// `now_ns`.
+        fn idle_since(&self, stamp: u64, now_ns: u64) -> quanta::Instant {
+            let latest = stamp.saturating_add(self.staleness).min(now_ns);
+            self.base + Duration::from_nanos(latest)
+        }
+
+        /// Drops every idle client (a closed pool's pass), releasing their channels now.
+        fn drain_closed(&self) {
+            let now = self.clock.now();
+            for (pooled, _) in self.slots.reap(|_| true) {
+                drop(pooled.client);
+                pooled.channel.release_last_used(now);
+            }
+        }
+
         /// Turns a checkout into a guard, building a client on a fresh channel share for a
-        /// vacant slot.
+        /// vacant slot (an idle client needs no await: the common case never builds the
+        /// factory's future).
         ///
         /// Cancel-safety: the only await is the factory's `make`. Dropping the future there
         /// drops the half-built client's channel share and retires the slot (see
         /// [`Building`]); nothing leaks and no capacity stays taken.
         async fn finish(
             self: &Arc<Self>,
-            checkout: Checkout<Pooled<C, F::Client>>,
+            checkout: Checkout<Pooled<C, F>>,
         ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
-            let (lease, pooled) = match checkout {
-                Checkout::Idle { lease, value } => (lease, value),
-                Checkout::Vacant { lease } => {
-                    let building = Building {
-                        shared: self,
-                        lease: Some(lease),
-                    };
-                    // Declared after `building`, so dropped before it: the channel share goes
-                    // first, then the slot.
-                    let channel = ChannelPool::get(&self.channels);
-                    match self.factory.make(channel.channel()).await {
-                        Ok(client) => {
-                            let lease = building.defuse();
-                            self.slots.occupy(&lease);
-                            self.counters.created.incr();
-                            tracing::debug!(
-                                slot = lease.index(),
-                                channel = channel.id(),
-                                "client created"
-                            );
-                            (lease, Pooled { client, channel })
-                        }
-                        Err(source) => {
-                            drop(channel);
-                            drop(building);
-                            self.counters.make_failures.incr();
-                            tracing::warn!(error = %source, "building a client failed");
-                            return Err(ClientError::Make { source });
-                        }
-                    }
-                }
-            };
-            self.counters.acquires.incr();
-            Ok(ClientGuard {
-                shared: Arc::clone(self),
+            match checkout {
+                Checkout::Idle { lease, value } => Ok(Self::guard(lease, value)),
+                Checkout::Vacant { lease } => self.build(lease).await,
+            }
+        }
+
+        #[inline]
+        fn guard(lease: Lease, pooled: Pooled<C, F>) -> ClientGuard<C, F> {
+            ClientGuard {
                 lease: Some(lease),
                 pooled: Some(pooled),
-            })
+            }
+        }
+
+        /// Builds a client in a claimed slot. Cancel-safe as [`ClientShared::finish`].
+        async fn build(
+            self: &Arc<Self>,
+            lease: Lease,
+        ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
+            let building = Building {
+                shared: self,
+                lease: Some(lease),
+            };
+            // Declared after `building`, so dropped before it: the channel share goes first,
+            // then the slot.
+            let channel = ChannelPool::get(&self.channels);
+            match self.factory.make(channel.channel()).await {
+                Ok(client) => {
+                    let lease = building.defuse();
+                    self.slots.occupy(&lease);
+                    self.counters.created.incr();
+                    tracing::debug!(
+                        slot = lease.index(),
+                        channel = channel.id(),
+                        "client created"
+                    );
+                    let anchor = Arc::new(CachePadded::new(Anchor {
+                        shared: Arc::clone(self),
+                    }));
+                    Ok(Self::guard(
+                        lease,
+                        Pooled {
+                            client,
+                            channel,
+                            anchor,
+                        },
+                    ))
+                }
+                Err(source) => {
+                    drop(channel);
+                    drop(building);
+                    self.counters.make_failures.incr();
+                    tracing::warn!(error = %source, "building a client failed");
+                    Err(ClientError::Make { source })
+                }
+            }
+        }
+
+        /// Waits on the table's gate for a checkout (after a failed try), counting the wait.
+        async fn wait(&self) -> Result<Checkout<Pooled<C, F>>, ClientError<F::Error>> {
+            let mut waited = false;
+            let checkout = {
+                let mut wait = self.slots.checkout();
+                poll_fn(|cx| {
+                    let poll = Pin::new(&mut wait).poll(cx);
+                    waited |= poll.is_pending();
+                    poll
+                })
+                .await
+            };
+            let checkout = checkout.map_err(|_| ClientError::Closed)?;
+            if waited {
+                self.counters.waits.incr();
+            }
+            Ok(checkout)
         }
 
         fn reap(&self, now: quanta::Instant) -> usize {
             let now_ns = self.stamp(now);
-            let timeout = nanos(self.idle_timeout);
+            // Releases from now on are stamped at least `now`.
+            self.recent.fetch_max(now_ns, Ordering::Relaxed);
+            let timeout = nanos(self.idle_timeout).saturating_add(self.staleness);
             let reaped = self
                 .slots
                 .reap(|stamp| now_ns.saturating_sub(stamp) >= timeout);
             let count = reaped.len();
             for (pooled, stamp) in reaped {
-                let Pooled { client, channel } = pooled;
+                let Pooled {
+                    client, channel, ..
+                } = pooled;
                 drop(client);
                 // The channel was last used when the client was: nested reaping (module docs).
-                channel.release_last_used(self.base + Duration::from_nanos(stamp));
+                channel.release_last_used(self.idle_since(stamp, now_ns));
             }
             if count > 0 {
                 self.counters.reaps.add(count as u64);
@@ -931,21 +1203,16 @@ mod pool {
         /// failed (the slot and channel share are freed first).
         pub async fn acquire(self: &Arc<Self>) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
             let shared = &self.shared;
-            let mut waited = false;
-            let checkout = {
-                let mut wait = shared.slots.checkout();
-                poll_fn(|cx| {
-                    let poll = Pin::new(&mut wait).poll(cx);
-                    waited |= poll.is_pending();
-                    poll
-                })
-                .await
+            // First a plain try, as the wait's first poll would make, without its machinery.
+            let checkout = match shared.slots.try_checkout() {
+                Ok(checkout) => checkout,
+                Err(TryAcquireError::Closed) => return Err(ClientError::Closed),
+                Err(_) => shared.wait().await?,
             };
-            let checkout = checkout.map_err(|_| ClientError::Closed)?;
-            if waited {
-                shared.counters.waits.incr();
+            match checkout {
+                Checkout::Idle { lease, value } => Ok(ClientShared::guard(lease, value)),
+                Checkout::Vacant { lease } => shared.build(lease).await,
             }
-            shared.finish(checkout).await
         }
 
         /// Like [`ClientPool::acquire`] but never waits for capacity: returns an idle client,
@@ -985,9 +1252,10 @@ mod pool {
         }
 
         /// One reaper pass at `now` on the pool's clock: closes every client idle for at least
-        /// the idle timeout and releases its channel share, recording the client's idle-since
-        /// time as the channel's last use. Returns how many it closed. A client acquired
-        /// concurrently is never closed.
+        /// the idle timeout (plus the background reap interval, if the pool runs one: see the
+        /// [module documentation](super), "Idle time") and releases its channel share,
+        /// recording the client's idle-since time as the channel's last use. Returns how many it
+        /// closed. A client acquired concurrently is never closed.
         pub fn reap(&self, now: quanta::Instant) -> usize {
             self.shared.reap(now)
         }
@@ -1002,7 +1270,7 @@ mod pool {
                 idle: counts.idle,
                 in_use: counts.live.saturating_sub(counts.idle),
                 waiting: counts.table.waiting,
-                acquires: c.acquires.get(),
+                acquires: counts.checkouts,
                 waits: c.waits.get(),
                 created: c.created.get(),
                 make_failures: c.make_failures.get(),
@@ -1015,11 +1283,7 @@ mod pool {
         /// clients are dropped now, and clients in use are dropped when their guards are.
         pub fn close(&self) {
             self.shared.slots.close();
-            let now = self.shared.clock.now();
-            for (pooled, _) in self.shared.slots.reap(|_| true) {
-                drop(pooled.client);
-                pooled.channel.release_last_used(now);
-            }
+            self.shared.drain_closed();
         }
 
         /// The channel pool clients are built on.
@@ -1047,18 +1311,17 @@ mod pool {
 
     /// Exclusive use of one client. Owned (`'static`): it keeps the pool's shared state, not
     /// the pool handle, alive. Derefs to the client; on drop the client goes back to the idle
-    /// set (idle since then), or is dropped if the pool was closed.
+    /// set, or is dropped if the pool was closed.
     #[must_use = "dropping the guard returns the client at once"]
     pub struct ClientGuard<C: ChannelConnector, F: ClientFactory<C::Channel>> {
-        shared: Arc<ClientShared<C, F>>,
         /// `None` only once returned or discarded.
         lease: Option<Lease>,
         /// `None` only once returned or discarded.
-        pooled: Option<Pooled<C, F::Client>>,
+        pooled: Option<Pooled<C, F>>,
     }
 
     impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientGuard<C, F> {
-        fn pooled(&self) -> &Pooled<C, F::Client> {
+        fn pooled(&self) -> &Pooled<C, F> {
             match &self.pooled {
                 Some(pooled) => pooled,
                 None => unreachable!("a client guard holds its client until dropped"),
@@ -1088,10 +1351,15 @@ mod pool {
 
         fn discard_now(&mut self) {
             if let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) {
-                drop(pooled);
-                self.shared.slots.retire(lease);
-                self.shared.counters.discards.incr();
+                Self::discard_parts(lease, pooled);
             }
+        }
+
+        fn discard_parts(lease: Lease, pooled: Pooled<C, F>) {
+            let anchor = Arc::clone(&pooled.anchor);
+            drop(pooled);
+            anchor.shared.slots.retire(lease);
+            anchor.shared.counters.discards.incr();
         }
     }
 
@@ -1114,13 +1382,21 @@ mod pool {
 
     impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, F> {
         fn drop(&mut self) {
-            if self.shared.slots.is_closed() {
-                self.discard_now();
+            let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) else {
+                return;
+            };
+            if pooled.anchor.shared.slots.is_closed() {
+                Self::discard_parts(lease, pooled);
                 return;
             }
-            if let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) {
-                let stamp = self.shared.stamp(self.shared.clock.now());
-                self.shared.slots.check_in(lease, pooled, stamp);
+            // Our own count for the check-in: once the client is back in its cell, a `close`
+            // may drop it (and its anchor) while the table release still runs (see `Anchor`).
+            let anchor = Arc::clone(&pooled.anchor);
+            let shared = &anchor.shared;
+            let stamp = shared.release_stamp();
+            if !shared.slots.check_in(lease, pooled, stamp) {
+                // Closed while we returned it: take it back out (module docs, Lifetimes).
+                shared.drain_closed();
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The one place that names synchronisation primitives.
 //!
-//! Every atomic, lock, `Arc`, spin hint and published pointer the crate uses comes from here.
+//! Every atomic, lock, `Arc`, `UnsafeCell`, spin hint and published pointer the crate uses
+//! comes from here.
 //! In a normal build they are `std`'s atomics, `parking_lot`'s mutex, `crossbeam-utils`'
 //! `CachePadded` and `arc-swap`. Built with `RUSTFLAGS="--cfg slotpool_loom"` they are loom's, so
 //! the loom models in `slotpool-loom-tests` explore every interleaving of the real protocol code
@@ -15,6 +16,32 @@ pub(crate) use crossbeam_utils::CachePadded;
 mod imp {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::{Arc, Weak};
+
+    /// `std`'s `UnsafeCell` behind loom's closure interface (`with` / `with_mut`), so code that
+    /// hands out exclusive access by a protocol reads the same in both builds and loom can
+    /// check that no two accesses overlap. Every caller states in a `// SAFETY:` comment which
+    /// protocol step makes its access exclusive.
+    #[derive(Debug, Default)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        /// Runs `f` with a pointer for reading the value.
+        #[allow(dead_code)] // the same interface as loom's; not every build reads through it
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        /// Runs `f` with a pointer for writing the value.
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
 
     /// A mutex whose `lock` returns the guard directly (poisoning is not part of our model:
     /// no protocol code panics while holding a lock).
@@ -65,6 +92,7 @@ mod imp {
 
 #[cfg(slotpool_loom)]
 mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::Arc;
 

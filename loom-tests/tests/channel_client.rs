@@ -1,8 +1,10 @@
 #![cfg(slotpool_loom)]
 //! Loom models of the channel and client protocols: the exclusive-slot protocol under
-//! `ClientPool` (`slotpool::client::ExclusiveSlots`: the slot table with `max_load = 1` plus the
-//! cell word and the per-slot client cell) and the shared-slot protocol under `ChannelPool`
-//! (`slotpool::channel::SharedSlots`: the table plus the share word's holder count).
+//! `ClientPool` (`slotpool::client::ExclusiveSlots`: the slot table with `max_load = 1`, whose
+//! slot word alone hands out the client, plus the idle word the reaper's handshake uses and the
+//! client's `UnsafeCell`, whose accesses loom checks never overlap) and the shared-slot
+//! protocol under `ChannelPool` (`slotpool::channel::SharedSlots`: the table plus the share
+//! word's holder count).
 //!
 //! The tokio pools are compiled out under loom; they add nothing to these races but a clock
 //! read and the factory's await, which happen outside every protocol step modelled here.
@@ -25,7 +27,7 @@ fn one_idle_client(value: u32) -> ExclusiveSlots<u32> {
         panic!("an empty table claims");
     };
     slots.occupy(&lease);
-    slots.check_in(lease, value, 0);
+    assert!(slots.check_in(lease, value, 0));
     assert_eq!(slots.state(0), Some(CellState::Idle));
     slots
 }
@@ -43,7 +45,7 @@ fn client_reap_vs_acquire() {
             thread::spawn(move || match slots.try_checkout() {
                 Ok(Checkout::Idle { lease, value }) => {
                     assert_eq!(slots.state(0), Some(CellState::Busy));
-                    slots.check_in(lease, value, 1);
+                    assert!(slots.check_in(lease, value, 1));
                     Some(value)
                 }
                 Ok(Checkout::Vacant { lease }) => {
@@ -87,7 +89,7 @@ fn released_client_is_never_handed_to_two_callers() {
                 "two holders at once"
             );
             holders.fetch_sub(1, Ordering::SeqCst);
-            slots.check_in(lease, value, stamp);
+            assert!(slots.check_in(lease, value, stamp));
         };
         let other = {
             let (slots, holders) = (Arc::clone(&slots), Arc::clone(&holders));
@@ -100,6 +102,67 @@ fn released_client_is_never_handed_to_two_callers() {
             (counts.live, counts.idle, counts.table.in_flight),
             (1, 1, 0)
         );
+    });
+}
+
+/// A reap racing the return of a client that was taken while its idle word still said
+/// `Idle(0)` (expired): the reaper may win the idle word while the client is out, but must see
+/// the holder and give the word back, or fail against the fresh stamp. It never takes the
+/// client, and the client ends idle with its new stamp.
+#[test]
+fn client_reap_vs_check_in() {
+    loom::model(|| {
+        let slots = Arc::new(one_idle_client(7));
+        let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
+            panic!("the idle client is taken");
+        };
+        let holder = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || assert!(slots.check_in(lease, value + 1, 5)))
+        };
+        let reaped = slots.reap(|stamp| stamp == 0);
+        holder.join().unwrap();
+        assert!(reaped.is_empty(), "reaped a client in use: {reaped:?}");
+        assert_eq!(slots.state(0), Some(CellState::Idle));
+        let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
+            panic!("the returned client is idle");
+        };
+        assert_eq!(value, 8);
+        assert!(slots.check_in(lease, value, 6));
+        // Now expired by the predicate: the next pass takes it.
+        assert_eq!(slots.reap(|stamp| stamp == 6).len(), 1);
+    });
+}
+
+/// `close` racing a check-in: the returned value never stays stranded in the closed table.
+/// Either close's pass takes it, or the check-in reports the close and the caller's closing
+/// pass takes it.
+#[test]
+fn close_vs_check_in_strands_nothing() {
+    loom::model(|| {
+        let slots = Arc::new(one_idle_client(7));
+        let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
+            panic!("the idle client is taken");
+        };
+        let holder = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                if slots.check_in(lease, value, 1) {
+                    0
+                } else {
+                    slots.reap(|_| true).len()
+                }
+            })
+        };
+        slots.close();
+        let by_close = slots.reap(|_| true).len();
+        let by_holder = holder.join().unwrap();
+        assert_eq!(
+            by_close + by_holder,
+            1,
+            "the client was lost or reaped twice"
+        );
+        assert_eq!(slots.counts().live, 0);
     });
 }
 
