@@ -957,15 +957,14 @@ impl<T> SlotTable<T> {
     /// The release that drops a Draining slot to load 0 retires it to Empty (next generation).
     #[inline]
     pub fn release(&self, reservation: Reservation) -> bool {
-        // The common case, inlined: a live slot of the first segment that stays below `max`
-        // and accepting (so no hint changes and nothing retires) with nobody waiting (so
-        // nothing to hand over) drops its load with one CAS. The checks are those of the
-        // full path below, which handles everything else.
+        // The common case, inlined: a live, accepting slot of the first segment (so nothing
+        // retires) with nobody waiting (so nothing to hand over) drops its load with one CAS,
+        // and publishes its room if it was full (rule 1). The checks are those of the full
+        // path below, which handles everything else.
         if let Some(slot) = self.base.slots.get(reservation.index) {
             let current = SlotWord(slot.word.load(Ordering::SeqCst));
             if current.generation() == reservation.generation
                 && current.load() > 0
-                && current.load() < self.max_load
                 && current.accepting()
                 && !self.gate.has_waiters()
             {
@@ -976,6 +975,9 @@ impl<T> SlotTable<T> {
                     .is_ok()
                 {
                     trace_transition!("slots: fast release {} -> {:?}", reservation.index, next);
+                    if current.load() == self.max_load {
+                        self.set_hint(&self.base.room, reservation.index);
+                    }
                     return true;
                 }
             }
