@@ -4,11 +4,13 @@
 //! Which path: `stream` (slotpool's `StreamPool`), `reference` (R1's), `floor` (one CAS below
 //! the limit and one `fetch_sub`); `saturated-stream` and `saturated-reference` run the
 //! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
-//! `--toggle-collect='*saturated*'`, which takes the tasks' polls). The timed rounds run inside [`timed`], so
+//! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
+//! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool. The timed rounds run inside [`timed`], so
 //! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
 
 use std::sync::Arc;
 
+use slotpool_bench::client_cases;
 use slotpool_bench::fixtures::NoopConnector;
 use slotpool_bench::report::Floor;
 use slotpool_bench::stream_cases::{
@@ -59,8 +61,16 @@ fn main() {
             let per_task = rounds / SAT_TASKS as u64;
             timed(|| rt.block_on(reference_saturated(&pool, SAT_TASKS, per_task)));
         }
+        "client" => {
+            let pool = client_cases::slotpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "client-deadpool" => {
+            let pool = client_cases::deadpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
         other => panic!(
-            "unknown path `{other}` (stream, reference, floor, saturated-stream or saturated-reference)"
+            "unknown path `{other}` (stream, reference, floor, saturated-stream, saturated-reference, client or client-deadpool)"
         ),
     }
 }

@@ -1239,10 +1239,19 @@ impl<T> SlotTable<T> {
 
     // --- access ------------------------------------------------------------------------------
 
+    #[inline]
     fn with_segment<R>(&self, index: usize, f: impl FnOnce(&Segment<T>, usize) -> R) -> Option<R> {
         if index < self.base.len() {
             return Some(f(&self.base, index));
         }
+        self.with_grown_segment(index, f)
+    }
+
+    fn with_grown_segment<R>(
+        &self,
+        index: usize,
+        f: impl FnOnce(&Segment<T>, usize) -> R,
+    ) -> Option<R> {
         let grown = self.grown.as_ref()?;
         grown.segments.with(|segments| {
             segments
@@ -1253,6 +1262,7 @@ impl<T> SlotTable<T> {
     }
 
     /// Runs `f` on slot `index`, or returns `None` if the table has no such slot.
+    #[inline]
     pub fn with_slot<R>(&self, index: usize, f: impl FnOnce(&Slot<T>) -> R) -> Option<R> {
         self.with_segment(index, |segment, local| f(&segment.slots[local]))
     }
