@@ -6,6 +6,13 @@
 //! | `session/hot-acquire-8-tasks` | 1000 active sessions; 8 tasks on a 2-worker runtime each re-acquire random live sessions (xorshift), dropping the handle at once |
 //! | `session/churn` | 8 tasks on a 2-worker runtime, each looping acquire → release over its own fresh session ids, so every acquire establishes (connect, store lookup, bootstrap, save, reader task) and every release closes |
 //!
+//! In `session/churn`, slotpool opens no event channel (it is opened at the first event or
+//! `take_events`) and spawns no reader for a session released before its task yields: readers
+//! are started by one starter task per batch of installs (see `slotpool::session`, *Event
+//! readers*), and each acquire that establishes spends a unit of tokio's coop budget, so the
+//! loop yields (and the starter runs) about once per 128 cycles. The reference spawns a reader
+//! and creates a channel per session, as R3 does.
+//!
 //! There is no floor here: an acquire of a keyed session has no pool-free equivalent that is
 //! a lower bound in the same sense as one CAS below a limit.
 //!

@@ -10,30 +10,34 @@
 //! A [`Registry`] maps a key to an [`Entry`]: either [`Entry::Ready`] (a finished value, for
 //! the session pool a live connection) or [`Entry::Flying`] (an establishment in progress,
 //! shared through an `Arc<`[`Flight`]`>`). The keys are spread over a power-of-two number of
-//! shards. Each shard's map is **published** (arc-swap; a mutex around an `Arc` under loom) and
-//! replaced whole by writers, copy-on-write:
+//! cache-padded shards, each a hash table behind a reader-writer lock (the facade's, so loom
+//! swaps it). A key is hashed **once** per operation ([`Registry::hashed`]): the hash picks the
+//! shard (from its high half) and is stored beside the key in the table, so lookups, inserts and
+//! rehashes never hash it again.
 //!
-//! * **Read path** ([`Registry::get`]): hash, pick the shard, load its published map, look the
-//!   key up, clone the entry. No lock, no RMW on shared state other than the entry's reference
-//!   count; readers of different keys never write a common cache line.
-//! * **Write path** (claim, install, abandon, remove, close): take the shard's writer mutex,
-//!   re-read the map, copy it, change the copy, publish it. Writes are the slow path (a new
-//!   session, a finished establishment, a release); a shard holds `len / shards` entries, so
-//!   the copy is short.
+//! * **Read path** ([`Registry::get`]): pick the shard, take its read lock, look the key up,
+//!   clone the entry, unlock. Readers of one shard never exclude each other; readers of
+//!   different shards share no cache line. No allocation.
+//! * **Write path** (claim, install, abandon, remove, close): take the shard's write lock and
+//!   change the table in place. Nothing is copied and nothing is allocated beyond the table's
+//!   own growth; entries that leave the table are dropped (or handed back) after the lock is
+//!   released, so no value's destructor runs under it.
 //!
-//! Why not a single mutex-guarded map (R3) or a read-write lock? A mutex serialises every hot
-//! acquire; a read-write lock makes every reader write the lock word, so readers on different
-//! cores bounce one cache line. Why not one published map? A copy of the whole map on every
-//! new session is O(sessions); sharding makes it O(sessions / shards).
+//! Why not a single mutex-guarded map (R3)? It serialises every acquire, hot or not. Why not
+//! copy-on-write maps published with arc-swap (this module's first design)? Their reads take
+//! no lock, but every write copies a shard and allocates two blocks, and a new session writes
+//! three times (claim, install, release): establishment churn paid for the hot path's lock
+//! freedom several times over. A shard's read lock costs about what an arc-swap load does (two
+//! RMWs on a line that only that shard's readers touch).
 //!
 //! # Single flight
 //!
-//! [`Registry::claim`] runs under the shard's writer mutex: if the key is present the caller
+//! [`Registry::claim`] runs under the shard's write lock: if the key is present the caller
 //! gets it ([`Claim::Ready`] or [`Claim::Join`]); otherwise it inserts a fresh
 //! [`Entry::Flying`] and becomes the **leader** ([`Claim::Lead`]). Since claims of one key are
-//! serialised by that mutex and each re-reads the current map, at most one flight per key is
-//! ever in the map. Readers that saw a `Flying` entry in an older published map join the same
-//! `Arc<Flight>`, so they too share the one establishment.
+//! serialised by that lock, at most one flight per key is ever in the table. Readers that saw
+//! a `Flying` entry before it was replaced join the same `Arc<Flight>`, so they too share the
+//! one establishment.
 //!
 //! The leader ends its flight in one of two ways:
 //!
@@ -74,23 +78,36 @@
 //! once" structural. Orderings are `AcqRel` on the CAS and `Acquire` on loads: the winner of
 //! `RETIRED` must see every earlier toucher's writes, nothing more.
 //!
-//! This module owns the maps, flights and stamps; it never frees capacity or closes
+//! # Batches
+//!
+//! A [`Batch`] hands items to a task that processes them in bulk, with at most one such task
+//! scheduled at a time (the session pool queues new sessions for their event readers this way,
+//! one starter task per batch rather than one reader task per session). [`Batch::push`]
+//! queues under a mutex and then claims the `scheduled` flag (a load, then a swap only if it
+//! was clear); the one push that claims it schedules the drain. The drain's
+//! [`Batch::take`] clears the flag **before** it takes the items. So an item is either taken
+//! by a drain whose take locks the queue after the push unlocked it, or its push sees the flag
+//! clear and schedules a new drain: the swaps are `AcqRel`, and the mutex orders a clear that
+//! came before the push. No item is left queued with the flag set and no drain to come.
+//!
+//! This module owns the maps, flights, stamps and batches; it never frees capacity or closes
 //! connections itself (its callers do, after winning a stamp).
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+use hashbrown::HashTable;
+
 use crate::sync::{
-    trace_transition, Arc, AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, Published,
+    trace_transition, Arc, AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, RwLock,
 };
 
-/// The hasher used to pick a shard and inside each shard's map (randomly keyed per process,
-/// so callers that choose keys cannot aim them at one shard).
+/// The hasher of keys (randomly keyed per registry, so callers that choose keys can aim them
+/// neither at one shard nor at one bucket).
 type Hasher = std::collections::hash_map::RandomState;
 
 /// A registry's entry for one key.
@@ -143,43 +160,115 @@ impl<V: fmt::Debug, T> fmt::Debug for Claim<V, T> {
     }
 }
 
-/// One shard: a published map and the mutex its writers take.
-struct Shard<K, V, T> {
-    /// INVARIANT: replaced only by a holder of `write`, so no update is lost; at most one
-    /// `Flying` entry per key.
-    map: Published<HashMap<K, Entry<V, T>, Hasher>>,
-    /// Serialises writers of `map`. Never taken on the read path.
-    write: Mutex<()>,
+/// A key's hash, computed once per operation by [`Registry::hashed`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash(u64);
+
+impl fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyHash({:#018x})", self.0)
+    }
 }
 
-/// A sharded key → [`Entry`] map with lock-free reads and single-flight claims.
+/// A borrowed key with its hash: what every keyed [`Registry`] operation takes, so one
+/// operation (or several on one key, like a lookup then a claim) hashes the key once.
+///
+/// INVARIANT: `hash` is the registry's hash of `key`. [`Registry::hashed`] builds it so;
+/// [`Hashed::new`] trusts its caller (a mismatched pair finds nothing, or the wrong shard,
+/// and is checked in debug builds).
+pub struct Hashed<'a, Q: ?Sized> {
+    key: &'a Q,
+    hash: KeyHash,
+}
+
+impl<'a, Q: ?Sized> Hashed<'a, Q> {
+    /// Pairs `key` with a hash that [`Registry::hashed`] computed for an equal key earlier
+    /// (to keep the hash beside an owned key and borrow the pair again later).
+    pub fn new(key: &'a Q, hash: KeyHash) -> Self {
+        Self { key, hash }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &'a Q {
+        self.key
+    }
+
+    /// The hash.
+    pub fn hash(&self) -> KeyHash {
+        self.hash
+    }
+}
+
+impl<Q: ?Sized> Clone for Hashed<'_, Q> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<Q: ?Sized> Copy for Hashed<'_, Q> {}
+
+impl<Q: fmt::Debug + ?Sized> fmt::Debug for Hashed<'_, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hashed")
+            .field("key", &self.key)
+            .field("hash", &self.hash)
+            .finish()
+    }
+}
+
+/// One table slot: the key's hash (so a rehash never hashes again), the key, its entry.
+struct Slot<K, V, T> {
+    hash: u64,
+    key: K,
+    entry: Entry<V, T>,
+}
+
+/// One shard's table. INVARIANT: at most one slot per key (so at most one `Flying` entry per
+/// key); written only under the shard's write lock.
+type Table<K, V, T> = HashTable<Slot<K, V, T>>;
+
+/// One shard: its table behind the lock its readers share and its writers take, padded so
+/// shards never share a cache line.
+type Shard<K, V, T> = CachePadded<RwLock<Table<K, V, T>>>;
+
+/// A sharded key → [`Entry`] map with single-flight claims; reads share a shard's lock.
 ///
 /// See the [module documentation](self) for the protocol.
 pub struct Registry<K, V, T> {
     /// INVARIANT: `shards.len()` is a power of two.
-    shards: Box<[CachePadded<Shard<K, V, T>>]>,
-    /// Picks the shard of a key.
+    shards: Box<[Shard<K, V, T>]>,
+    /// Hashes keys, once per operation.
     hasher: Hasher,
     /// Set once by [`Registry::close`] (before it drains any shard). Read under a shard's
-    /// writer mutex, so a writer that runs after the drain of its shard always sees it.
+    /// write lock, so a writer that runs after the drain of its shard always sees it.
     closed: AtomicBool,
+}
+
+/// Whether `slot` holds the key that `key` names.
+#[inline]
+fn same_key<K, V, T, Q>(key: Hashed<'_, Q>) -> impl Fn(&Slot<K, V, T>) -> bool + '_
+where
+    K: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    move |slot| slot.hash == key.hash.0 && slot.key.borrow() == key.key
+}
+
+/// The hash a rehash of the table uses: the stored one.
+fn stored_hash<K, V, T>(slot: &Slot<K, V, T>) -> u64 {
+    slot.hash
 }
 
 impl<K, V, T> Registry<K, V, T>
 where
-    K: Hash + Eq + Clone,
+    K: Hash + Eq,
     V: Clone,
 {
     /// A registry with `shards` shards (rounded up to a power of two, at least one).
     pub fn new(shards: usize) -> Self {
         let count = shards.max(1).next_power_of_two();
         let shards = (0..count)
-            .map(|_| {
-                CachePadded::new(Shard {
-                    map: Published::new(HashMap::with_hasher(Hasher::new())),
-                    write: Mutex::new(()),
-                })
-            })
+            .map(|_| CachePadded::new(RwLock::new(HashTable::new())))
             .collect();
         Self {
             shards,
@@ -188,53 +277,78 @@ where
         }
     }
 
-    fn shard<Q>(&self, key: &Q) -> &Shard<K, V, T>
+    /// Hashes `key` for the operations that follow.
+    #[inline]
+    pub fn hashed<'a, Q>(&self, key: &'a Q) -> Hashed<'a, Q>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // The mask keeps the index in range because the length is a power of two; the high
-        // bits of the hash are used so the shard choice is independent of the map's buckets.
-        let hash = self.hasher.hash_one(key);
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        Hashed {
+            key,
+            hash: KeyHash(self.hasher.hash_one(key)),
+        }
+    }
+
+    #[inline]
+    fn shard<Q>(&self, key: Hashed<'_, Q>) -> &RwLock<Table<K, V, T>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        debug_assert!(
+            self.hasher.hash_one(key.key) == key.hash.0,
+            "a `Hashed` paired with another key's hash"
+        );
+        // The mask keeps the index in range because the length is a power of two. The high
+        // half picks the shard; the table uses the low bits (bucket) and the top seven (tag),
+        // so the shard choice does not thin out either.
+        let index = (key.hash.0 >> 32) as usize & (self.shards.len() - 1);
         &self.shards[index]
     }
 
-    /// The entry for `key`, read without a lock.
+    /// The entry for `key`, read under its shard's read lock.
     #[inline]
-    pub fn get<Q>(&self, key: &Q) -> Option<Entry<V, T>>
+    pub fn get<Q>(&self, key: Hashed<'_, Q>) -> Option<Entry<V, T>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.shard(key).map.with(|map| map.get(key).cloned())
+        let table = self.shard(key).read();
+        table
+            .find(key.hash.0, same_key(key))
+            .map(|slot| slot.entry.clone())
     }
 
     /// Returns what `key` holds, or registers a new flight for it with the caller as leader.
     /// `make_key` builds the owned key only when one is inserted.
-    pub fn claim<Q>(&self, key: &Q, make_key: impl FnOnce() -> K) -> Claim<V, T>
+    pub fn claim<Q>(&self, key: Hashed<'_, Q>, make_key: impl FnOnce() -> K) -> Claim<V, T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let shard = self.shard(key);
-        let _writer = shard.write.lock();
+        let mut table = self.shard(key).write();
         if self.closed.load(Ordering::Acquire) {
             return Claim::Closed;
         }
-        let current = shard.map.load_full();
-        match current.get(key) {
-            Some(Entry::Ready(value)) => Claim::Ready(value.clone()),
-            Some(Entry::Flying(flight)) => Claim::Join(Arc::clone(flight)),
-            None => {
-                let flight = Arc::new(Flight::new());
-                let mut next = (*current).clone();
-                next.insert(make_key(), Entry::Flying(Arc::clone(&flight)));
-                shard.map.store(Arc::new(next));
-                trace_transition!("registry: claimed, leading a new flight");
-                Claim::Lead(flight)
-            }
+        if let Some(slot) = table.find(key.hash.0, same_key(key)) {
+            return match &slot.entry {
+                Entry::Ready(value) => Claim::Ready(value.clone()),
+                Entry::Flying(flight) => Claim::Join(Arc::clone(flight)),
+            };
         }
+        let flight = Arc::new(Flight::new());
+        table.insert_unique(
+            key.hash.0,
+            Slot {
+                hash: key.hash.0,
+                key: make_key(),
+                entry: Entry::Flying(Arc::clone(&flight)),
+            },
+            stored_hash,
+        );
+        trace_transition!("registry: claimed, leading a new flight");
+        Claim::Lead(flight)
     }
 
     /// Replaces the leader's own `Flying` entry with `Ready(value)`.
@@ -242,34 +356,32 @@ where
     /// # Errors
     /// Hands `value` back when the entry is no longer this flight's (it was removed by a
     /// release, or the registry was closed): the caller must dispose of it.
-    pub fn install<Q>(&self, key: &Q, flight: &Arc<Flight<T>>, value: V) -> Result<(), V>
+    pub fn install<Q>(&self, key: Hashed<'_, Q>, flight: &Arc<Flight<T>>, value: V) -> Result<(), V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let shard = self.shard(key);
-        let _writer = shard.write.lock();
+        let mut table = self.shard(key).write();
         if self.closed.load(Ordering::Acquire) {
             return Err(value);
         }
-        let current = shard.map.load_full();
-        let own = matches!(current.get(key), Some(Entry::Flying(f)) if Arc::ptr_eq(f, flight));
-        if !own {
+        let own = table
+            .find_mut(key.hash.0, same_key(key))
+            .filter(|slot| matches!(&slot.entry, Entry::Flying(f) if Arc::ptr_eq(f, flight)));
+        let Some(slot) = own else {
             trace_transition!("registry: install refused, entry gone");
             return Err(value);
-        }
-        let mut next = (*current).clone();
-        if let Some(slot) = next.get_mut(key) {
-            *slot = Entry::Ready(value);
-        }
-        shard.map.store(Arc::new(next));
+        };
+        let replaced = std::mem::replace(&mut slot.entry, Entry::Ready(value));
+        drop(table);
+        drop(replaced);
         trace_transition!("registry: installed");
         Ok(())
     }
 
     /// Removes the leader's own `Flying` entry (after a failed establishment). Returns whether
     /// it was still there.
-    pub fn abandon<Q>(&self, key: &Q, flight: &Arc<Flight<T>>) -> bool
+    pub fn abandon<Q>(&self, key: Hashed<'_, Q>, flight: &Arc<Flight<T>>) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -281,28 +393,26 @@ where
         .is_some()
     }
 
-    /// Removes `key`'s entry if `pred` accepts it, and returns it.
+    /// Removes `key`'s entry if `pred` accepts it, and returns it (dropped, if the caller
+    /// drops it, after the shard's lock is released).
     pub fn remove_if<Q>(
         &self,
-        key: &Q,
+        key: Hashed<'_, Q>,
         pred: impl FnOnce(&Entry<V, T>) -> bool,
     ) -> Option<Entry<V, T>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let shard = self.shard(key);
-        let _writer = shard.write.lock();
-        let current = shard.map.load_full();
-        match current.get(key) {
-            Some(entry) if pred(entry) => {}
-            _ => return None,
+        let mut table = self.shard(key).write();
+        let found = table.find_entry(key.hash.0, same_key(key)).ok()?;
+        if !pred(&found.get().entry) {
+            return None;
         }
-        let mut next = (*current).clone();
-        let removed = next.remove(key);
-        shard.map.store(Arc::new(next));
+        let (slot, _) = found.remove();
+        drop(table);
         trace_transition!("registry: removed");
-        removed
+        Some(slot.entry)
     }
 
     /// Closes the registry and returns every entry it held. Later claims get
@@ -311,15 +421,7 @@ where
         self.closed.store(true, Ordering::Release);
         let mut drained = Vec::new();
         for shard in self.shards.iter() {
-            let _writer = shard.write.lock();
-            let current = shard.map.load_full();
-            if current.is_empty() {
-                continue;
-            }
-            drained.extend(current.values().cloned());
-            shard
-                .map
-                .store(Arc::new(HashMap::with_hasher(current.hasher().clone())));
+            drained.extend(shard.write().drain().map(|slot| slot.entry));
         }
         trace_transition!("registry: closed, drained {}", drained.len());
         drained
@@ -330,26 +432,24 @@ where
         self.closed.load(Ordering::Acquire)
     }
 
-    /// A snapshot of every `Ready` entry (read without locks, shard by shard).
-    pub fn ready(&self) -> Vec<(K, V)> {
+    /// A snapshot of every `Ready` entry (shard by shard, each under its read lock).
+    pub fn ready(&self) -> Vec<(K, V)>
+    where
+        K: Clone,
+    {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            shard.map.with(|map| {
-                out.extend(map.iter().filter_map(|(key, entry)| match entry {
-                    Entry::Ready(value) => Some((key.clone(), value.clone())),
-                    Entry::Flying(_) => None,
-                }));
-            });
+            out.extend(shard.read().iter().filter_map(|slot| match &slot.entry {
+                Entry::Ready(value) => Some((slot.key.clone(), value.clone())),
+                Entry::Flying(_) => None,
+            }));
         }
         out
     }
 
     /// Number of entries (both kinds), a snapshot.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.map.with(|map| map.len()))
-            .sum()
+        self.shards.iter().map(|shard| shard.read().len()).sum()
     }
 
     /// Whether the registry holds no entry (a snapshot).
@@ -542,6 +642,80 @@ impl<T: Clone> fmt::Debug for FlightWait<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FlightWait")
             .field("registered", &self.ticket.is_some())
+            .finish()
+    }
+}
+
+/// Items queued for a bulk task, with at most one such task scheduled at a time. See the
+/// module docs (*Batches*).
+pub struct Batch<T> {
+    /// Queued items. INVARIANT: not empty only while `scheduled` is set or a push that will
+    /// set it is under way.
+    items: Mutex<Vec<T>>,
+    /// Whether a drain is scheduled and has not yet taken the items.
+    scheduled: AtomicBool,
+}
+
+impl<T> Batch<T> {
+    /// An empty batch with no drain scheduled.
+    pub fn new() -> Self {
+        Self {
+            items: Mutex::new(Vec::new()),
+            scheduled: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues `item`. Returns `true` when the caller must schedule a drain (one that calls
+    /// [`Batch::take`], or [`Batch::unschedule`] if it can never run).
+    pub fn push(&self, item: T) -> bool {
+        self.items.lock().push(item);
+        // The load keeps pushes during a scheduled batch from writing the flag's line.
+        let claimed =
+            !self.scheduled.load(Ordering::Relaxed) && !self.scheduled.swap(true, Ordering::AcqRel);
+        trace_transition!("batch: pushed (schedules a drain: {})", claimed);
+        claimed
+    }
+
+    /// The scheduled drain's call: unschedules itself, then takes every queued item (a push
+    /// after this schedules the next drain).
+    pub fn take(&self) -> Vec<T> {
+        self.scheduled.swap(false, Ordering::AcqRel);
+        let items = std::mem::take(&mut *self.items.lock());
+        trace_transition!("batch: took {}", items.len());
+        items
+    }
+
+    /// A scheduled drain that will never run (its executor shut down) gives up its turn, so
+    /// the next push schedules another; the items stay queued for it.
+    pub fn unschedule(&self) {
+        // A swap rather than a store: the same in Rust's model, but loom 0.7 lets a plain store
+        // land between another thread's RMW read and write (tokio-rs/loom#254), which would
+        // report a stranded item that cannot happen.
+        self.scheduled.swap(false, Ordering::AcqRel);
+    }
+
+    /// Number of queued items (a snapshot).
+    pub fn len(&self) -> usize {
+        self.items.lock().len()
+    }
+
+    /// Whether no item is queued (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T> Default for Batch<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> fmt::Debug for Batch<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("len", &self.len())
+            .field("scheduled", &self.scheduled.load(Ordering::Relaxed))
             .finish()
     }
 }

@@ -7,8 +7,9 @@
 //! [`SessionPool::acquire`]`(session, ctx)`:
 //!
 //! 1. **Hot path.** If the session has a live, fresh connection it is returned at once: one
-//!    lock-free map read, a liveness check, and one CAS that refreshes its last-use stamp. No
-//!    lock is taken and nothing is awaited.
+//!    map read under its shard's read lock (shared with other readers, never with a network
+//!    wait), a liveness check, and one CAS that refreshes its last-use stamp. Nothing is
+//!    awaited.
 //! 2. A **dead** connection (the connector says it is down, or its event reader ended) or a
 //!    **stale** one (idle past `max_idle_time`) is retired (closed, capacity returned) and
 //!    rebuilt.
@@ -20,10 +21,13 @@
 //!    cross-task wake-up when nobody cancels; see *Cancellation*): connect (or take a prewarmed
 //!    connection), ask the [`SessionStore`] for the session's loop id, **reattach** to it if
 //!    there is a usable one, falling back to a fresh **bootstrap** if that fails (or if there is
-//!    none), persist a new loop id (or touch the record after a reattach), start the **event
-//!    reader** (it forwards the connection's events into a bounded channel of
-//!    [`EVENT_BUFFER`] that the caller takes with [`Session::take_events`]), and install the
-//!    connection as the session's active one.
+//!    none), persist a new loop id (or touch the record after a reattach), and install the
+//!    connection as the session's active one. Installing queues the session's **event reader**
+//!    (see *Event readers*).
+//!
+//! A caller that finds no entry spends a unit of tokio's cooperative budget before it claims
+//! (as tokio's own resources do), so a loop of establishments against a connector that
+//! answers at once still yields to the runtime now and then.
 //!
 //! [`SessionPool::release`] (and [`SessionPool::reset_session`], which is the same as in R3)
 //! retires the session's connection: reader aborted, connection closed, capacity returned.
@@ -37,16 +41,32 @@
 //! establishment can skip its connect; they do not count against `pool_size`, which bounds
 //! sessions.
 //!
-//! # The map: why sharded copy-on-write
+//! # Event readers
+//!
+//! Each active session has a reader task that forwards its connection's events into a
+//! bounded channel of [`EVENT_BUFFER`] (the caller takes the receiver with
+//! [`Session::take_events`]; until then events wait in the channel) and marks the session
+//! dead when the stream ends. Two things are lazy, because a session that is released soon
+//! after it is established (or whose events nobody takes) would otherwise pay for them for
+//! nothing:
+//!
+//! * the **reader task** is started by a one-shot *starter* task that serves every session
+//!   installed since it was scheduled: the first install schedules it, later ones only queue.
+//!   It spawns the readers of the sessions still active when it runs (normally at the
+//!   installing task's next yield), so a session released before then costs no task;
+//! * the **channel** is opened by whichever comes first, the reader's first event or
+//!   `take_events`; a receiver taken after the reader ended sees the stream's end at once.
+//!
+//! # The map: sharded, read-locked, hashed once
 //!
 //! Sessions live in a [`Registry`](crate::flight::Registry): a power-of-two number of shards,
-//! each an arc-swap-published `HashMap<session, Entry>` replaced whole by writers under a
-//! per-shard mutex. The hot path is an arc-swap load plus a lookup, so concurrent acquires of
-//! different sessions never write a shared cache line, and acquires of the same session write
-//! only its stamp and its reference count. A mutex (R3) serialises every acquire; a
-//! read-write lock makes every reader write the lock word. Writes (a new session, an
-//! establishment finishing, a release) copy one shard, which holds `sessions / shards`
-//! entries; they are rare next to hot acquires and run beside a network round trip.
+//! each a hash table behind a reader-writer lock, keyed by the session id with its hash stored
+//! beside it. An acquire hashes the id once for all its registry calls. Hot acquires of
+//! different sessions share no lock word unless their shards collide, and hot acquires of one
+//! session only share a read lock. A mutex (R3) serialises every acquire; copy-on-write maps
+//! (arc-swap), this module's first design, made every new session and every release copy a
+//! shard and allocate, which cost establishment churn far more than the read lock costs
+//! the hot path. Writes (a claim, an install, a release) change one shard in place.
 //!
 //! # Exact accounting
 //!
@@ -57,8 +77,9 @@
 //!   future (a guard closes the connection on any early return, a drop, or a panic's unwind;
 //!   the permit drops with the future's state), so connect, bootstrap, reattach-then-bootstrap
 //!   and store failures all return it once;
-//! * once established, both move into the session's `Live` record, whose resources are freed
-//!   by whoever wins its use stamp's move to `RETIRED` ([`UseStamp`](crate::flight::UseStamp)):
+//! * once established, both move into the session's `Live` record, whose resources (the
+//!   connection, the permit, and its reader if one was started) are freed by whoever wins its
+//!   use stamp's move to `RETIRED` ([`UseStamp`](crate::flight::UseStamp)):
 //!   a release, a reap, a rebuild of a dead or stale session, or `stop`. That is one CAS, so
 //!   exactly one of them frees, and a release racing an acquire either retires the old
 //!   connection (the acquire then rebuilds) or runs after the acquire refreshed it (and closes
@@ -170,10 +191,10 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use crate::error::{ConfigError, Reach, TryAcquireError};
-use crate::flight::{Claim, Entry, Flight, Registry, Touch, UseStamp};
+use crate::flight::{Batch, Claim, Entry, Flight, Hashed, KeyHash, Registry, Touch, UseStamp};
 use crate::limit::{Limit, OwnedPermit};
 use crate::reap::nanos as duration_ns;
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Counter, Mutex, Ordering, Weak};
 
 /// Capacity of each session's event channel (R3's 256). The reader waits when it is full.
 pub const EVENT_BUFFER: usize = 256;
@@ -645,7 +666,8 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             base,
             prewarm: self.prewarm,
             idle: Mutex::new(Vec::new()),
-            counters: Arc::new(Counters::default()),
+            unstarted: Batch::new(),
+            counters: Arc::new(Counters::new()),
         });
         let reaper = match (reap_every, runtime) {
             (Some(every), Some(runtime)) => Some(crate::reap::spawn_reaper(
@@ -709,23 +731,74 @@ pub struct SessionStats {
     pub rebuilt: u64,
 }
 
-#[derive(Default)]
+/// The pool's statistics. Every establishment and release bumps several of them, from
+/// whichever worker runs it, so each is striped per thread ([`Counter`]): a shared word would
+/// move between cores on every session opened or closed.
 struct Counters {
-    /// INVARIANT: number of `Live` records whose `installed` flag is set.
-    active: AtomicUsize,
-    establishing: AtomicUsize,
-    connects: AtomicU64,
-    bootstraps: AtomicU64,
-    reattaches: AtomicU64,
-    failures: AtomicU64,
-    exhausted: AtomicU64,
-    released: AtomicU64,
-    reaped: AtomicU64,
-    rebuilt: AtomicU64,
+    /// INVARIANT: number of `Live` records whose `installed` flag is set (once quiescent).
+    active: Gauge,
+    establishing: Gauge,
+    connects: Counter,
+    bootstraps: Counter,
+    reattaches: Counter,
+    failures: Counter,
+    exhausted: Counter,
+    released: Counter,
+    reaped: Counter,
+    rebuilt: Counter,
 }
 
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+impl Counters {
+    fn new() -> Self {
+        Self {
+            active: Gauge::new(),
+            establishing: Gauge::new(),
+            connects: Counter::new(),
+            bootstraps: Counter::new(),
+            reattaches: Counter::new(),
+            failures: Counter::new(),
+            exhausted: Counter::new(),
+            released: Counter::new(),
+            reaped: Counter::new(),
+            rebuilt: Counter::new(),
+        }
+    }
+}
+
+/// A count that goes up and down, as two striped counters (ups and downs).
+struct Gauge {
+    up: Counter,
+    down: Counter,
+}
+
+impl Gauge {
+    fn new() -> Self {
+        Self {
+            up: Counter::new(),
+            down: Counter::new(),
+        }
+    }
+
+    fn incr(&self) {
+        self.up.incr();
+    }
+
+    fn decr(&self) {
+        self.down.incr();
+    }
+
+    /// A snapshot: exact once the pool is quiescent. Downs are read first, so a decrement
+    /// racing the read is never counted without its increment (the difference is clamped
+    /// at zero for the same reason across stripes).
+    fn get(&self) -> usize {
+        let down = self.down.get();
+        let up = self.up.get();
+        usize::try_from(up.saturating_sub(down)).unwrap_or(usize::MAX)
+    }
+}
+
+fn bump(counter: &Counter) {
+    counter.incr();
 }
 
 type Outcome<C> = Result<Arc<Live<C>>, SessionError>;
@@ -748,6 +821,9 @@ struct Shared<C: Connector, S> {
     prewarm: usize,
     /// Prewarmed connections. INVARIANT: each is open and owned by no session.
     idle: Mutex<Vec<C::Conn>>,
+    /// Installed sessions whose event reader is yet to start, drained by a [`Starter`].
+    /// INVARIANT: while it is not empty, a starter is scheduled (or its push is scheduling one).
+    unstarted: Batch<Weak<Live<C>>>,
     counters: Arc<Counters>,
 }
 
@@ -786,29 +862,50 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         ctx: &SessionContext,
     ) -> Result<Session<C>, SessionError> {
         let shared = &*self.shared;
+        // Hashed once for every registry call this acquire makes.
+        let key = shared.registry.hashed(session);
         loop {
-            let flight = match shared.registry.get(session) {
-                Some(Entry::Ready(live)) => match shared.check(session, live) {
+            let flight = match shared.registry.get(key) {
+                Some(Entry::Ready(live)) => match shared.check(key, live) {
                     Some(ready) => return Ok(ready),
                     None => continue,
                 },
                 Some(Entry::Flying(flight)) => flight,
-                None => match shared.registry.claim(session, || Arc::from(session)) {
-                    Claim::Ready(live) => match shared.check(session, live) {
-                        Some(ready) => return Ok(ready),
-                        None => continue,
-                    },
-                    Claim::Join(flight) => flight,
-                    Claim::Lead(flight) => {
-                        if let Some(establishment) = self.lead(session, ctx, &flight) {
-                            // Cancel-safe: dropped here, the driver spawns the establishment
-                            // so it still completes (see `Drive`).
-                            establishment.await;
+                None => {
+                    // An establishment spawns a task (the event reader) and, with connectors
+                    // that answer at once, awaits nothing that yields: spend tokio's coop
+                    // budget here, as tokio's own resources do, so a loop of establishments
+                    // lets the runtime run (or, once released, drop) the readers it spawned
+                    // instead of piling them up. Cancel-safe: nothing is held yet.
+                    tokio::task::coop::consume_budget().await;
+                    // The owned key the claim inserts, kept for the establishment too.
+                    let mut owned = None;
+                    let claim = shared.registry.claim(key, || {
+                        let made: Arc<str> = Arc::from(session);
+                        owned = Some(Arc::clone(&made));
+                        made
+                    });
+                    match claim {
+                        Claim::Ready(live) => match shared.check(key, live) {
+                            Some(ready) => return Ok(ready),
+                            None => continue,
+                        },
+                        Claim::Join(flight) => flight,
+                        Claim::Lead(flight) => {
+                            let owned = owned.unwrap_or_else(|| Arc::from(session));
+                            match self.lead(key, owned, ctx, &flight) {
+                                // Cancel-safe: dropped here, the driver spawns the
+                                // establishment so it still completes (see `Drive`). Its
+                                // outcome is the flight's, so the leader need not wait on it.
+                                Some(establishment) => {
+                                    return establishment.await.map(|live| Session { live })
+                                }
+                                None => flight,
+                            }
                         }
-                        flight
+                        Claim::Closed => return Err(SessionError::Closed),
                     }
-                    Claim::Closed => return Err(SessionError::Closed),
-                },
+                }
             };
             // Cancel-safe: dropping here only deregisters this caller's waker.
             return flight.wait().await.map(|live| Session { live });
@@ -819,13 +916,14 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// caller to drive, or ends the flight with the reason it cannot start (`None`).
     fn lead(
         &self,
-        session: &str,
+        key: Hashed<'_, str>,
+        owned: Arc<str>,
         ctx: &SessionContext,
         flight: &Arc<Flight<Outcome<C>>>,
-    ) -> Option<Drive> {
+    ) -> Option<Drive<C>> {
         let shared = &self.shared;
         let refuse = |error: SessionError| {
-            shared.registry.abandon(session, flight);
+            shared.registry.abandon(key, flight);
             flight.complete(Err(error));
         };
         let permit = match shared.limit.try_acquire_owned() {
@@ -847,10 +945,11 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
             refuse(SessionError::NoRuntime);
             return None;
         };
-        shared.counters.establishing.fetch_add(1, Ordering::Relaxed);
+        shared.counters.establishing.incr();
         let lead = Lead {
             shared: Arc::clone(shared),
-            key: Arc::from(session),
+            key: owned,
+            hash: key.hash(),
             flight: Arc::clone(flight),
             permit: Some(permit),
             reach: Reach::NotSent,
@@ -870,7 +969,8 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// waiters get [`SessionError::Released`]. Returns whether the session was there.
     pub fn release(&self, session: &str) -> bool {
         let shared = &self.shared;
-        match shared.registry.get(session) {
+        let key = shared.registry.hashed(session);
+        match shared.registry.get(key) {
             None => return false,
             Some(Entry::Ready(live)) => {
                 // Retire first, then remove: the capacity is back before the entry leaves
@@ -878,14 +978,14 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 // may have removed the entry already, which is fine.
                 live.retire();
                 shared.registry.remove_if(
-                    session,
+                    key,
                     |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
                 );
             }
             Some(Entry::Flying(flight)) => {
                 // Its leader finds its entry gone, closes what it built and fails the flight.
                 shared.registry.remove_if(
-                    session,
+                    key,
                     |entry| matches!(entry, Entry::Flying(f) if Arc::ptr_eq(f, &flight)),
                 );
             }
@@ -980,17 +1080,17 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         SessionStats {
             capacity: shared.limit.capacity(),
             in_use: shared.limit.in_use(),
-            active: counters.active.load(Ordering::Relaxed),
-            establishing: counters.establishing.load(Ordering::Relaxed),
+            active: counters.active.get(),
+            establishing: counters.establishing.get(),
             idle: shared.idle.lock().len(),
-            connects: counters.connects.load(Ordering::Relaxed),
-            bootstraps: counters.bootstraps.load(Ordering::Relaxed),
-            reattaches: counters.reattaches.load(Ordering::Relaxed),
-            failures: counters.failures.load(Ordering::Relaxed),
-            exhausted: counters.exhausted.load(Ordering::Relaxed),
-            released: counters.released.load(Ordering::Relaxed),
-            reaped: counters.reaped.load(Ordering::Relaxed),
-            rebuilt: counters.rebuilt.load(Ordering::Relaxed),
+            connects: counters.connects.get(),
+            bootstraps: counters.bootstraps.get(),
+            reattaches: counters.reattaches.get(),
+            failures: counters.failures.get(),
+            exhausted: counters.exhausted.get(),
+            released: counters.released.get(),
+            reaped: counters.reaped.get(),
+            rebuilt: counters.rebuilt.get(),
         }
     }
 }
@@ -1019,7 +1119,7 @@ impl<C: Connector, S> Shared<C, S> {
     /// The hot path's check of an installed connection: returns it if it is alive and fresh
     /// (refreshing its stamp), otherwise retires it, removes it and returns `None`.
     #[inline]
-    fn check(&self, session: &str, live: Arc<Live<C>>) -> Option<Session<C>> {
+    fn check(&self, key: Hashed<'_, str>, live: Arc<Live<C>>) -> Option<Session<C>> {
         let now = self.ns(self.clock.now());
         let alive = live.is_alive();
         match live.stamp.touch(now, self.max_idle_ns) {
@@ -1039,7 +1139,7 @@ impl<C: Connector, S> Shared<C, S> {
         }
         if live.stamp.is_retired() {
             self.registry.remove_if(
-                session,
+                key,
                 |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
             );
         }
@@ -1053,7 +1153,7 @@ impl<C: Connector, S> Shared<C, S> {
             let retired_here = live.retire_if_idle(now, self.max_idle_ns);
             if retired_here || live.stamp.is_retired() {
                 self.registry.remove_if(
-                    &*key,
+                    self.registry.hashed(&*key),
                     |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
                 );
             }
@@ -1061,10 +1161,64 @@ impl<C: Connector, S> Shared<C, S> {
                 reaped += 1;
             }
         }
-        self.counters
-            .reaped
-            .fetch_add(reaped as u64, Ordering::Relaxed);
+        self.counters.reaped.add(reaped as u64);
         reaped
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Starting event readers
+// ---------------------------------------------------------------------------------------
+
+impl<C: Connector, S: Send + Sync + 'static> Shared<C, S> {
+    /// Queues a just-installed session for its event reader and makes sure a [`Starter`] is
+    /// scheduled (on the current runtime: establishments always run inside one).
+    fn queue_reader(self: &Arc<Self>, live: &Arc<Live<C>>) {
+        if self.unstarted.push(Arc::downgrade(live)) {
+            let starter = Starter {
+                shared: Arc::downgrade(self),
+                ran: false,
+            };
+            drop(tokio::spawn(async move { starter.run() }));
+        }
+    }
+
+    /// Starts the reader of every queued session that is still live.
+    fn start_readers(&self) {
+        for live in self.unstarted.take() {
+            if let Some(live) = live.upgrade() {
+                live.start_reader();
+            }
+        }
+    }
+}
+
+/// A one-shot task that starts the event readers of the sessions installed since it was
+/// scheduled. One starter serves a whole batch, so a session released before the runtime got
+/// round to it costs no task at all, and a loop of establishments spawns one task per batch
+/// rather than one per session. Holds no strong reference to the pool.
+struct Starter<C: Connector, S> {
+    shared: Weak<Shared<C, S>>,
+    ran: bool,
+}
+
+impl<C: Connector, S: Send + Sync + 'static> Starter<C, S> {
+    fn run(mut self) {
+        self.ran = true;
+        if let Some(shared) = self.shared.upgrade() {
+            shared.start_readers();
+        }
+    }
+}
+
+impl<C: Connector, S> Drop for Starter<C, S> {
+    fn drop(&mut self) {
+        if !self.ran {
+            // Dropped unrun (its runtime shut down): let the next install schedule another.
+            if let Some(shared) = self.shared.upgrade() {
+                shared.unstarted.unschedule();
+            }
+        }
     }
 }
 
@@ -1088,6 +1242,8 @@ pub enum Origin {
 struct Lead<C: Connector, S> {
     shared: Arc<Shared<C, S>>,
     key: Arc<str>,
+    /// `key`'s hash in the registry (computed by the acquire that claimed it).
+    hash: KeyHash,
     flight: Arc<Flight<Outcome<C>>>,
     /// INVARIANT: `Some` until moved into the `Live` or dropped before the flight completes.
     permit: Option<OwnedPermit>,
@@ -1120,18 +1276,25 @@ impl<C: Connector> Drop for Opened<'_, C> {
     }
 }
 
+impl<C: Connector, S> Lead<C, S> {
+    /// The session key with its registry hash.
+    fn hashed(&self) -> Hashed<'_, str> {
+        Hashed::new(&self.key, self.hash)
+    }
+}
+
 impl<C: Connector, S: SessionStore> Lead<C, S> {
-    /// The establishment future's body.
-    async fn run(mut self, ctx: SessionContext) {
-        let result = self.establish(&ctx).await;
-        self.finish(result);
+    /// The establishment future's body: its output is the flight's outcome.
+    async fn run(mut self, ctx: SessionContext) -> Outcome<C> {
+        let result = self.establish(ctx).await;
+        self.finish(result)
     }
 
     /// Connect, look up, reattach or bootstrap, persist. On error the connection is closed
     /// (by `Opened`'s drop) before this returns.
     async fn establish(
         &mut self,
-        ctx: &SessionContext,
+        ctx: SessionContext,
     ) -> Result<(C::Conn, LoopId, Origin), SessionError> {
         let shared = Arc::clone(&self.shared);
         let connector = &*shared.connector;
@@ -1170,7 +1333,7 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
         let (loop_id, origin) = match stored.filter(LoopId::is_attachable) {
             Some(stored) => match connector.reattach(conn, &stored).await {
                 Ok(()) => (stored, Origin::Reattached),
-                Err(reattach) => match connector.bootstrap(conn, &self.key, ctx).await {
+                Err(reattach) => match connector.bootstrap(conn, &self.key, &ctx).await {
                     Ok(fresh) => (fresh, Origin::BootstrappedAfterReattach),
                     Err(bootstrap) => {
                         return Err(SessionError::Reattach {
@@ -1182,7 +1345,7 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
                     }
                 },
             },
-            None => match connector.bootstrap(conn, &self.key, ctx).await {
+            None => match connector.bootstrap(conn, &self.key, &ctx).await {
                 Ok(fresh) => (fresh, Origin::Bootstrapped),
                 Err(error) => {
                     return Err(SessionError::Bootstrap {
@@ -1197,11 +1360,12 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
                 tracing::warn!(session = %self.key, %error, "session store touch failed");
             }
         } else {
+            // The context is the establishment's own copy: its strings move into the record.
             let record = SessionRecord {
-                session: self.key.to_string(),
+                session: String::from(&*self.key),
                 loop_id: loop_id.clone(),
-                workspace: ctx.workspace.clone(),
-                user: ctx.user.clone(),
+                workspace: ctx.workspace,
+                user: ctx.user,
             };
             shared
                 .store
@@ -1219,8 +1383,9 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
         }
     }
 
-    /// Installs the connection (or disposes of it) and completes the flight.
-    fn finish(&mut self, result: Result<(C::Conn, LoopId, Origin), SessionError>) {
+    /// Installs the connection (or disposes of it), completes the flight and returns its
+    /// outcome.
+    fn finish(&mut self, result: Result<(C::Conn, LoopId, Origin), SessionError>) -> Outcome<C> {
         self.finished = true;
         let shared = Arc::clone(&self.shared);
         let counters = &shared.counters;
@@ -1239,9 +1404,10 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
                 );
                 match shared
                     .registry
-                    .install(&*self.key, &self.flight, Arc::clone(&live))
+                    .install(self.hashed(), &self.flight, Arc::clone(&live))
                 {
                     Ok(()) => {
+                        shared.queue_reader(&live);
                         bump(match origin {
                             Origin::Reattached => &counters.reattaches,
                             Origin::Bootstrapped | Origin::BootstrappedAfterReattach => {
@@ -1266,13 +1432,14 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
             }
             Err(error) => {
                 drop(self.permit.take());
-                shared.registry.abandon(&*self.key, &self.flight);
+                shared.registry.abandon(self.hashed(), &self.flight);
                 bump(&counters.failures);
                 Err(error)
             }
         };
-        counters.establishing.fetch_sub(1, Ordering::Relaxed);
-        self.flight.complete(outcome);
+        counters.establishing.decr();
+        self.flight.complete(outcome.clone());
+        outcome
     }
 }
 
@@ -1281,31 +1448,34 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
 /// `Drop` hands the same pinned future to the runtime as a task, so the establishment still
 /// completes, is cached, and reaches the followers: exactly what a spawned-from-the-start
 /// establishment would do, paid for only when a leader is cancelled.
-struct Drive {
+struct Drive<C: Connector> {
     /// `None` once finished.
-    establishment: Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
+    establishment: Option<Pin<Box<dyn Future<Output = Outcome<C>> + Send + 'static>>>,
     /// Where to finish it if the leader goes away.
     runtime: tokio::runtime::Handle,
 }
 
-impl Future for Drive {
-    type Output = ();
+impl<C: Connector> Future for Drive<C> {
+    type Output = Outcome<C>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Outcome<C>> {
         let Some(establishment) = self.establishment.as_mut() else {
-            return Poll::Ready(());
+            // Polled again after it finished: `acquire` never does.
+            return Poll::Ready(Err(SessionError::Aborted {
+                reach: Reach::MaybeApplied,
+            }));
         };
         match establishment.as_mut().poll(cx) {
-            Poll::Ready(()) => {
+            Poll::Ready(outcome) => {
                 self.establishment = None;
-                Poll::Ready(())
+                Poll::Ready(outcome)
             }
             Poll::Pending => Poll::Pending,
         }
     }
 }
 
-impl Drop for Drive {
+impl<C: Connector> Drop for Drive<C> {
     fn drop(&mut self) {
         if let Some(establishment) = self.establishment.take() {
             // A runtime that is shutting down drops it instead; `Lead`'s drop then fails the
@@ -1324,9 +1494,9 @@ impl<C: Connector, S> Drop for Lead<C, S> {
         // connection, if any, was closed by `Opened`'s drop already.
         drop(self.permit.take());
         let shared = &self.shared;
-        shared.registry.abandon(&*self.key, &self.flight);
+        shared.registry.abandon(self.hashed(), &self.flight);
         bump(&shared.counters.failures);
-        shared.counters.establishing.fetch_sub(1, Ordering::Relaxed);
+        shared.counters.establishing.decr();
         self.flight
             .complete(Err(SessionError::Aborted { reach: self.reach }));
     }
@@ -1351,8 +1521,9 @@ struct Live<C: Connector> {
     installed: AtomicBool,
     /// The capacity and reader this record owns until retired.
     owned: Mutex<Owned>,
-    /// The event channel's receiving end, until the caller takes it.
-    events: Mutex<Option<mpsc::Receiver<C::Event>>>,
+    /// The event channel, opened by whichever comes first: the reader's first event or the
+    /// caller's [`Session::take_events`].
+    events: Mutex<Events<C::Event>>,
     connector: Arc<C>,
     counters: Arc<Counters>,
 }
@@ -1363,9 +1534,50 @@ struct Owned {
     reader: Option<AbortHandle>,
 }
 
+/// A session's event channel, opened on first need: most sessions' events are never taken,
+/// and many connections never send one, so a channel (two allocations, one cache-aligned) per
+/// establishment would be paid for nothing. Seen from outside it behaves as a channel opened
+/// with the reader: events are buffered (up to [`EVENT_BUFFER`]) until the caller takes the
+/// receiver, and the receiver sees the end of the stream once the reader has ended.
+struct Events<E> {
+    /// Whether the channel exists. INVARIANT: once set, `sender` and `receiver` have each been
+    /// `Some` and are each taken at most once.
+    opened: bool,
+    /// The sending end, waiting for the reader to take it at its first event. INVARIANT:
+    /// `None` once the reader has ended (so a receiver sees the stream's end).
+    sender: Option<mpsc::Sender<E>>,
+    /// The receiving end, until the caller takes it.
+    receiver: Option<mpsc::Receiver<E>>,
+    /// Set when the reader ends (stream over or aborted).
+    reader_ended: bool,
+}
+
+impl<E> Events<E> {
+    fn new() -> Self {
+        Self {
+            opened: false,
+            sender: None,
+            receiver: None,
+            reader_ended: false,
+        }
+    }
+
+    /// Opens the channel if it is not open yet.
+    fn open(&mut self) {
+        if !self.opened {
+            let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
+            self.opened = true;
+            // A reader that has ended already never sends: dropping the sender closes the
+            // channel, so the receiver sees the end of the stream at once.
+            self.sender = (!self.reader_ended).then_some(sender);
+            self.receiver = Some(receiver);
+        }
+    }
+}
+
 impl<C: Connector> Live<C> {
-    /// Builds the record, counts it active, and spawns its event reader (on the current
-    /// runtime: the establishment always runs inside one).
+    /// Builds the record and counts it active. Its event reader is started later, by a
+    /// [`Starter`], if the record is still live by then.
     #[allow(clippy::too_many_arguments)]
     fn start(
         conn: C::Conn,
@@ -1377,9 +1589,8 @@ impl<C: Connector> Live<C> {
         connector: Arc<C>,
         counters: Arc<Counters>,
     ) -> Arc<Self> {
-        let (events_in, events_out) = mpsc::channel(EVENT_BUFFER);
-        counters.active.fetch_add(1, Ordering::Relaxed);
-        let live = Arc::new(Live {
+        counters.active.incr();
+        Arc::new(Live {
             conn,
             session,
             loop_id,
@@ -1391,13 +1602,23 @@ impl<C: Connector> Live<C> {
                 permit,
                 reader: None,
             }),
-            events: Mutex::new(Some(events_out)),
+            events: Mutex::new(Events::new()),
             connector,
             counters,
-        });
-        let reader = tokio::spawn(read_events(Arc::clone(&live), events_in));
-        live.owned.lock().reader = Some(reader.abort_handle());
-        live
+        })
+    }
+
+    /// Spawns the event reader (on the current runtime), unless the record was retired
+    /// first. Called once per record, by a [`Starter`].
+    fn start_reader(self: &Arc<Self>) {
+        let mut owned = self.owned.lock();
+        // `free` runs after the stamp is retired and takes `owned` under this lock: either it
+        // finds the reader here (and aborts it) or we see the stamp retired (and spawn none).
+        if self.stamp.is_retired() || owned.reader.is_some() {
+            return;
+        }
+        let reader = tokio::spawn(read_events(Arc::clone(self)));
+        owned.reader = Some(reader.abort_handle());
     }
 
     fn is_alive(&self) -> bool {
@@ -1431,7 +1652,7 @@ impl<C: Connector> Live<C> {
             reader.abort();
         }
         if self.installed.swap(false, Ordering::AcqRel) {
-            self.counters.active.fetch_sub(1, Ordering::Relaxed);
+            self.counters.active.decr();
         }
         drop(owned.permit);
     }
@@ -1450,16 +1671,37 @@ struct ReaderDone<C: Connector>(Arc<Live<C>>);
 
 impl<C: Connector> Drop for ReaderDone<C> {
     fn drop(&mut self) {
-        self.0.reader_done.store(true, Ordering::Release);
+        let live = &self.0;
+        {
+            let mut events = live.events.lock();
+            events.reader_ended = true;
+            // Not taken yet (no event came): drop it so a receiver sees the end.
+            events.sender = None;
+        }
+        live.reader_done.store(true, Ordering::Release);
     }
 }
 
-/// The event reader: forwards events until the stream ends. If the caller dropped its
-/// receiver the events are drained and discarded, so the connection never stalls on us.
-async fn read_events<C: Connector>(live: Arc<Live<C>>, events: mpsc::Sender<C::Event>) {
+/// The event reader: forwards events until the stream ends, opening the channel at the first
+/// one. If the caller dropped its receiver the events are drained and discarded, so the
+/// connection never stalls on us.
+async fn read_events<C: Connector>(live: Arc<Live<C>>) {
     let done = ReaderDone(live);
     let live = &done.0;
+    let mut sender: Option<mpsc::Sender<C::Event>> = None;
     while let Some(event) = live.connector.next_event(&live.conn).await {
+        let events = match &sender {
+            Some(events) => events,
+            None => {
+                let mut slot = live.events.lock();
+                slot.open();
+                match slot.sender.take() {
+                    Some(taken) => sender.insert(taken),
+                    // Unreachable (only this reader takes it, and it has not ended): discard.
+                    None => continue,
+                }
+            }
+        };
         // Cancel-safe: aborting here drops the event, which nobody would read anyway.
         if events.send(event).await.is_err() {
             continue;
@@ -1500,7 +1742,9 @@ impl<C: Connector> Session<C> {
     /// The receiving end of the session's event channel ([`EVENT_BUFFER`] events). The first
     /// call gets it; later calls (from any handle of this connection) get `None`.
     pub fn take_events(&self) -> Option<mpsc::Receiver<C::Event>> {
-        self.live.events.lock().take()
+        let mut events = self.live.events.lock();
+        events.open();
+        events.receiver.take()
     }
 
     /// Whether the connection is still the session's: not retired, reader running, and the

@@ -47,6 +47,10 @@ mod imp {
     /// no protocol code panics while holding a lock).
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
+    /// A reader-writer lock whose `read` / `write` return the guard directly (no poisoning,
+    /// as for `Mutex`).
+    pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
+
     /// Orders a preceding `SeqCst` RMW before a following `SeqCst` load of another word (the
     /// Dekker pairing the gate relies on). In the C++20 model that Rust uses, `SeqCst`
     /// accesses already share one total order, so this compiles to nothing; it exists so
@@ -107,6 +111,30 @@ mod imp {
 
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             match self.0.lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            }
+        }
+    }
+
+    /// loom's reader-writer lock behind the same interface as `parking_lot::RwLock`.
+    #[derive(Debug)]
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::RwLock::new(value))
+        }
+
+        pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+            match self.0.read() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            }
+        }
+
+        pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+            match self.0.write() {
                 Ok(guard) => guard,
                 Err(poisoned) => poisoned.into_inner(),
             }

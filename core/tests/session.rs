@@ -479,6 +479,86 @@ async fn events_reach_the_caller_in_order() {
     }
 }
 
+/// The event channel opens at the first event when nobody has taken the receiver yet: those
+/// events wait in it for the caller, in order.
+#[tokio::test]
+async fn events_sent_before_the_receiver_is_taken_are_kept() {
+    let (pool, counts, _mock) = pool(2);
+    let session = pool.acquire("s", &ctx()).await.unwrap();
+    let conn = counts.conn(session.connection().id);
+    let sender = conn.events_in.lock().unwrap().clone().unwrap();
+    for i in 0..3 {
+        sender.send(format!("e{i}")).unwrap();
+    }
+    run_spawned().await;
+    let mut events = session
+        .take_events()
+        .expect("first taker gets the receiver");
+    assert!(session.take_events().is_none(), "only one receiver");
+    for i in 0..3 {
+        assert_eq!(
+            events.recv().await.as_deref(),
+            Some(format!("e{i}").as_str())
+        );
+    }
+    sender.send("late".to_string()).unwrap();
+    assert_eq!(events.recv().await.as_deref(), Some("late"));
+}
+
+/// A receiver sees the end of the stream whether it was taken before the reader ended (and
+/// before any event), or only after.
+#[tokio::test]
+async fn a_taken_receiver_sees_the_stream_end() {
+    let (pool, counts, _mock) = pool(3);
+    // Taken before any event: the channel opens now; the reader's end closes it.
+    let early = pool.acquire("early", &ctx()).await.unwrap();
+    let mut events = early.take_events().expect("receiver");
+    counts
+        .conn(early.connection().id)
+        .events_in
+        .lock()
+        .unwrap()
+        .take();
+    assert_eq!(events.recv().await, None, "closed when the reader ends");
+    // Taken after the reader ended, with one event delivered before the end.
+    let late = pool.acquire("late", &ctx()).await.unwrap();
+    let conn = counts.conn(late.connection().id);
+    conn.events_in
+        .lock()
+        .unwrap()
+        .take()
+        .expect("sender")
+        .send("last".to_string())
+        .unwrap();
+    for _ in 0..10_000 {
+        if !late.is_open() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(!late.is_open(), "the reader ended");
+    let mut events = late.take_events().expect("receiver");
+    assert_eq!(events.recv().await.as_deref(), Some("last"));
+    assert_eq!(events.recv().await, None);
+    // Taken after the reader ended without any event: closed and empty.
+    let quiet = pool.acquire("quiet", &ctx()).await.unwrap();
+    counts
+        .conn(quiet.connection().id)
+        .events_in
+        .lock()
+        .unwrap()
+        .take();
+    for _ in 0..10_000 {
+        if !quiet.is_open() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut events = quiet.take_events().expect("receiver");
+    assert_eq!(events.recv().await, None);
+    assert_balanced(&pool, &counts);
+}
+
 // ----------------------------------------------------------------------------------------
 // Single flight
 // ----------------------------------------------------------------------------------------

@@ -5,15 +5,20 @@
 //! executor-agnostic core, `slotpool::flight` (the registry, flights and use stamps), is not.
 //! These models drive that core with the same calls, in the same order, as `session.rs`:
 //!
-//! * `acquire`: lock-free `get`; a `Ready` value is checked with `UseStamp::touch` (a retired
+//! * `acquire`: hash the key once (`Registry::hashed`), `get` under the shard's read lock; a
+//!   `Ready` value is checked with `UseStamp::touch` (a retired
 //!   one is removed and the acquire goes round again); otherwise `claim`; the leader takes a
 //!   permit with `Limit::try_acquire_owned` (none left: abandon + complete with "exhausted"),
 //!   "establishes" (counted), then `install` + `complete`, or, if `install` hands the value
 //!   back, retires it and completes with "released"; followers `block_on` the flight's wait;
-//! * `release`: `get`; a `Ready` value is retired (stamp moved to `RETIRED`, permit dropped)
+//! * `release`: hash once, `get`; a `Ready` value is retired (stamp moved to `RETIRED`, permit dropped)
 //!   and then removed by identity; a `Flying` entry is removed by identity;
 //! * `reap`: `retire_if_idle`, then remove by identity;
 //! * `stop`: `Registry::close`, then retire what it drained.
+//!
+//! * starting event readers: `Batch::push` per installed session; the push that returns `true`
+//!   schedules a starter (here a thread) that calls `Batch::take`; a starter dropped unrun
+//!   calls `Batch::unschedule`.
 //!
 //! Each model checks the accounting the issue asks for: one establishment per flight, every
 //! joiner woken with the flight's result, every value freed exactly once, and every permit
@@ -26,7 +31,7 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use slotpool::flight::{Claim, Entry, Flight, Registry, Touch, UseStamp};
+use slotpool::flight::{Batch, Claim, Entry, Flight, Hashed, Registry, Touch, UseStamp};
 use slotpool::{Limit, OwnedPermit, TryAcquireError};
 
 /// Idle bound used by every model (nanoseconds).
@@ -101,14 +106,15 @@ impl Pool {
 
     /// `SessionPool::acquire` at time `now`.
     fn acquire(&self, key: u8, now: u64) -> Outcome {
+        let key = self.registry.hashed(&key);
         loop {
-            let flight = match self.registry.get(&key) {
+            let flight = match self.registry.get(key) {
                 Some(Entry::Ready(res)) => match self.check(key, res, now) {
                     Some(res) => return Ok(res),
                     None => continue,
                 },
                 Some(Entry::Flying(flight)) => flight,
-                None => match self.registry.claim(&key, || key) {
+                None => match self.registry.claim(key, || *key.key()) {
                     Claim::Ready(res) => match self.check(key, res, now) {
                         Some(res) => return Ok(res),
                         None => continue,
@@ -126,7 +132,7 @@ impl Pool {
     }
 
     /// `Shared::check`, for a value that is alive by construction.
-    fn check(&self, key: u8, res: Arc<Res>, now: u64) -> Option<Arc<Res>> {
+    fn check(&self, key: Hashed<'_, u8>, res: Arc<Res>, now: u64) -> Option<Arc<Res>> {
         match res.stamp.touch(now, MAX_IDLE) {
             Touch::Fresh => return Some(res),
             Touch::Stale => {
@@ -136,7 +142,7 @@ impl Pool {
         }
         if res.stamp.is_retired() {
             self.registry.remove_if(
-                &key,
+                key,
                 |e| matches!(e, Entry::Ready(r) if Arc::ptr_eq(r, &res)),
             );
         }
@@ -145,11 +151,11 @@ impl Pool {
 
     /// `SessionPool::lead` + the establishment task, run inline (the task's placement does
     /// not change the registry protocol).
-    fn lead(&self, key: u8, now: u64, flight: &Arc<Flight<Outcome>>) {
+    fn lead(&self, key: Hashed<'_, u8>, now: u64, flight: &Arc<Flight<Outcome>>) {
         let permit = match Limit::try_acquire_owned(&self.limit) {
             Ok(permit) => permit,
             Err(error) => {
-                self.registry.abandon(&key, flight);
+                self.registry.abandon(key, flight);
                 flight.complete(Err(match error {
                     TryAcquireError::NoCapacity => Failure::Exhausted,
                     // A bare `Limit` has no breaker; `Unavailable` cannot come from it.
@@ -167,7 +173,7 @@ impl Pool {
             .is_ok();
         if fails {
             drop(permit);
-            self.registry.abandon(&key, flight);
+            self.registry.abandon(key, flight);
             flight.complete(Err(Failure::Established));
             return;
         }
@@ -178,7 +184,7 @@ impl Pool {
             frees: AtomicUsize::new(0),
         });
         self.created.lock().unwrap().push(Arc::clone(&res));
-        let outcome = match self.registry.install(&key, flight, Arc::clone(&res)) {
+        let outcome = match self.registry.install(key, flight, Arc::clone(&res)) {
             Ok(()) => Ok(res),
             Err(res) => {
                 res.retire();
@@ -194,19 +200,20 @@ impl Pool {
 
     /// `SessionPool::release`.
     fn release(&self, key: u8) -> bool {
-        match self.registry.get(&key) {
+        let key = self.registry.hashed(&key);
+        match self.registry.get(key) {
             None => false,
             Some(Entry::Ready(res)) => {
                 res.retire();
                 self.registry.remove_if(
-                    &key,
+                    key,
                     |e| matches!(e, Entry::Ready(r) if Arc::ptr_eq(r, &res)),
                 );
                 true
             }
             Some(Entry::Flying(flight)) => {
                 self.registry.remove_if(
-                    &key,
+                    key,
                     |e| matches!(e, Entry::Flying(f) if Arc::ptr_eq(f, &flight)),
                 );
                 true
@@ -221,7 +228,7 @@ impl Pool {
             let won = res.retire_if_idle(now);
             if won || res.stamp.is_retired() {
                 self.registry.remove_if(
-                    &key,
+                    self.registry.hashed(&key),
                     |e| matches!(e, Entry::Ready(r) if Arc::ptr_eq(r, &res)),
                 );
             }
@@ -329,7 +336,10 @@ fn single_flight_failure_reaches_joiners() {
             n => panic!("{n} establishments for two callers"),
         }
         assert!(
-            !matches!(pool.registry.get(&0), Some(Entry::Flying(_))),
+            !matches!(
+                pool.registry.get(pool.registry.hashed(&0)),
+                Some(Entry::Flying(_))
+            ),
             "no flight left"
         );
         pool.assert_settled();
@@ -432,5 +442,91 @@ fn stop_racing_establishment() {
             assert_eq!(res.frees.load(Ordering::SeqCst), 1);
         }
         assert_eq!(pool.limit.available(), 1);
+    });
+}
+
+/// Queues `item`; if the push says so, schedules a drain (a thread here, a starter task in the
+/// pool) that records what it takes.
+fn push_and_maybe_drain(
+    batch: &Arc<Batch<u8>>,
+    taken: &Arc<Mutex<Vec<u8>>>,
+    item: u8,
+) -> Option<thread::JoinHandle<()>> {
+    if !batch.push(item) {
+        return None;
+    }
+    let (batch, taken) = (Arc::clone(batch), Arc::clone(taken));
+    Some(thread::spawn(move || {
+        let items = batch.take();
+        taken.lock().unwrap().extend(items);
+    }))
+}
+
+/// Two sessions installed at once while a starter may be draining: every queued item is taken
+/// by exactly one drain that a push scheduled, and none is left queued with no drain to come.
+#[test]
+fn batch_never_strands_an_item() {
+    loom::model(|| {
+        let batch = Arc::new(Batch::new());
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let producer = {
+            let (batch, taken) = (Arc::clone(&batch), Arc::clone(&taken));
+            thread::spawn(move || push_and_maybe_drain(&batch, &taken, 0))
+        };
+        let mine = push_and_maybe_drain(&batch, &taken, 1);
+        let theirs = producer.join().unwrap();
+        for drain in [mine, theirs].into_iter().flatten() {
+            drain.join().unwrap();
+        }
+        let mut got = taken.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1], "every item taken exactly once");
+        assert!(batch.is_empty(), "nothing stranded");
+    });
+}
+
+/// A scheduled starter that never runs (its runtime shut down) gives up its turn: the items it
+/// would have taken stay queued, and the next push schedules a drain that takes them all.
+#[test]
+fn batch_unscheduled_drain_hands_over() {
+    loom::model(|| {
+        let batch = Arc::new(Batch::new());
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let dropped = {
+            let batch = Arc::clone(&batch);
+            thread::spawn(move || {
+                if batch.push(0) {
+                    // The drain this push scheduled is dropped unrun.
+                    batch.unschedule();
+                    true
+                } else {
+                    false
+                }
+            })
+        };
+        let mine = push_and_maybe_drain(&batch, &taken, 1);
+        let mine_claimed = mine.is_some();
+        let scheduled_and_dropped = dropped.join().unwrap();
+        if let Some(drain) = mine {
+            drain.join().unwrap();
+        }
+        let before = format!("{batch:?}");
+        // Whatever is left must be picked up by the next push's drain.
+        let next = push_and_maybe_drain(&batch, &taken, 2);
+        let next_claimed = next.is_some();
+        if let Some(drain) = next {
+            drain.join().unwrap();
+        }
+        let mut got = taken.lock().unwrap().clone();
+        got.sort_unstable();
+        if batch.is_empty() {
+            assert_eq!(got, vec![0, 1, 2], "every item taken once");
+        } else {
+            // Only possible while a drain is still scheduled: none is, so fail.
+            panic!(
+                "stranded {batch:?} (dropped drain: {scheduled_and_dropped}, mine scheduled: \
+                 {mine_claimed}, before the last push: {before}, it scheduled: {next_claimed})"
+            );
+        }
     });
 }
