@@ -14,6 +14,11 @@
 //! Both stacks are built once, before the first case, and stay warm across cases; the first
 //! (untimed) warm-up round of each case opens whatever streams it needs.
 //!
+//! The timed window holds the requests only: each task's latency histogram is made before the
+//! clock starts and the histograms are merged after it stops (making and merging 64 or 256
+//! histograms of a few hundred KiB each was once timed too, the same for both stacks, and
+//! added allocation and page faults to both sides' noise).
+//!
 //! Most of a request's cost here is tonic, HTTP/2 and the loopback, the same for both stacks;
 //! the difference is the pools' share of it, and how each behaves under many concurrent
 //! callers (R1 takes its stream mutex twice and a semaphore permit per request).
@@ -146,11 +151,27 @@ fn check(response: &GetPageResponse) {
     assert_eq!(response.status, 0, "the bench server answers OK");
 }
 
-async fn join_all(handles: Vec<tokio::task::JoinHandle<Histogram<u64>>>) -> Histogram<u64> {
-    let mut all = wait_histogram();
+/// One latency histogram per task, made before the clock starts: each is a few hundred KiB
+/// (1 ns to 100 s at 3 digits), and making (zeroing) 64 or 256 of them, and merging them, is
+/// work of the bench, not of either stack, so it stays outside the timed window.
+fn task_histograms(tasks: usize) -> Vec<Histogram<u64>> {
+    (0..tasks).map(|_| wait_histogram()).collect()
+}
+
+/// Waits for every task; the caller stops its clock right after.
+async fn join_all(handles: Vec<tokio::task::JoinHandle<Histogram<u64>>>) -> Vec<Histogram<u64>> {
+    let mut histograms = Vec::with_capacity(handles.len());
     for handle in handles {
-        let h = handle.await.expect("a bench task panicked");
-        all.add(&h).expect("histograms share bounds");
+        histograms.push(handle.await.expect("a bench task panicked"));
+    }
+    histograms
+}
+
+/// Merges the tasks' histograms (after the clock has stopped).
+fn merge(histograms: Vec<Histogram<u64>>) -> Histogram<u64> {
+    let mut all = wait_histogram();
+    for h in &histograms {
+        all.add(h).expect("histograms share bounds");
     }
     all
 }
@@ -165,12 +186,14 @@ pub async fn slotpool_run(
     tasks: usize,
     per_task: u64,
 ) -> (Duration, Histogram<u64>) {
+    let histograms = task_histograms(tasks);
     let start = Instant::now();
-    let handles = (0..tasks)
-        .map(|t| {
+    let handles = histograms
+        .into_iter()
+        .enumerate()
+        .map(|(t, mut latencies)| {
             let stack = Arc::clone(stack);
             tokio::spawn(async move {
-                let mut latencies = wait_histogram();
                 for i in 0..per_task {
                     let asked = Instant::now();
                     let response = stack
@@ -184,8 +207,9 @@ pub async fn slotpool_run(
             })
         })
         .collect();
-    let latencies = join_all(handles).await;
-    (start.elapsed(), latencies)
+    let histograms = join_all(handles).await;
+    let elapsed = start.elapsed();
+    (elapsed, merge(histograms))
 }
 
 /// The reference's [`slotpool_run`].
@@ -197,12 +221,14 @@ pub async fn reference_run(
     tasks: usize,
     per_task: u64,
 ) -> (Duration, Histogram<u64>) {
+    let histograms = task_histograms(tasks);
     let start = Instant::now();
-    let handles = (0..tasks)
-        .map(|t| {
+    let handles = histograms
+        .into_iter()
+        .enumerate()
+        .map(|(t, mut latencies)| {
             let stack = Arc::clone(stack);
             tokio::spawn(async move {
-                let mut latencies = wait_histogram();
                 for i in 0..per_task {
                     let asked = Instant::now();
                     let response = stack
@@ -216,8 +242,9 @@ pub async fn reference_run(
             })
         })
         .collect();
-    let latencies = join_all(handles).await;
-    (start.elapsed(), latencies)
+    let histograms = join_all(handles).await;
+    let elapsed = start.elapsed();
+    (elapsed, merge(histograms))
 }
 
 /// Every e2e case: slotpool and the reference, interleaved, one [`Record`] each per case.
