@@ -103,7 +103,11 @@ fn crossing_a_claim_joins_it() {
         };
         let mine = table.try_reserve().unwrap();
         let theirs = other.join().unwrap();
-        assert_eq!((mine.index(), theirs.index()), (0, 0), "a second resource started");
+        assert_eq!(
+            (mine.index(), theirs.index()),
+            (0, 0),
+            "a second resource started"
+        );
         assert!(mine.claimed() ^ theirs.claimed(), "exactly one claim");
         assert_eq!(table.word(1).unwrap().phase(), Phase::Empty);
     });
