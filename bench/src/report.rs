@@ -104,7 +104,8 @@ impl Settings {
 /// An implementation under test: a name and a closure that runs `ops` operations.
 pub type Runner<'a> = (&'a str, Box<dyn FnMut(u64) -> Sample + 'a>);
 
-/// Runs every implementation `settings.repeats` times, interleaved (a, b, c, a, b, c, ...),
+/// Runs every implementation `settings.repeats` times, interleaved in alternating order
+/// (a, b, c, then c, b, a, ...),
 /// after one untimed warm-up each, and returns one [`Record`] per implementation.
 pub fn interleave(
     case: &str,
@@ -116,8 +117,16 @@ pub fn interleave(
         let _ = run((ops / 10).max(1));
     }
     let mut samples: Vec<Vec<Sample>> = impls.iter().map(|_| Vec::new()).collect();
-    for _ in 0..settings.repeats {
-        for (i, (_, run)) in impls.iter_mut().enumerate() {
+    for repeat in 0..settings.repeats {
+        // Alternate the order between repeats: whichever implementation runs right after
+        // another inherits its warm (or disturbed) caches, scheduler and allocator state, so
+        // a fixed order would favour one position.
+        let mut order: Vec<usize> = (0..impls.len()).collect();
+        if repeat % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let (_, run) = &mut impls[i];
             samples[i].push(run(ops));
         }
     }
