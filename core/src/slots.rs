@@ -584,14 +584,24 @@ impl<T> SlotTable<T> {
         }
         let local = local?;
         let slot = base.slots.get(local)?;
-        let current = SlotWord(slot.word.load(Ordering::SeqCst));
-        if !current.has_room(self.max_load) {
-            return None;
-        }
-        let next = current.with_load(current.load() + 1).with_used(true);
-        slot.word
-            .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
-            .ok()?;
+        let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+        let next = loop {
+            if !current.has_room(self.max_load) {
+                return None;
+            }
+            let next = current.with_load(current.load() + 1).with_used(true);
+            match slot.word.compare_exchange_weak(
+                current.0,
+                next.0,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break next,
+                // Another caller moved the word (contention on the lowest slot is the common
+                // case under load): retry against what is there while it still has room.
+                Err(actual) => current = SlotWord(actual),
+            }
+        };
         trace_transition!("slots: fast join {} -> {:?}", local, next);
         self.joined(base, local, slot, next);
         Some(Reservation {
@@ -962,23 +972,32 @@ impl<T> SlotTable<T> {
         // and publishes its room if it was full (rule 1). The checks are those of the full
         // path below, which handles everything else.
         if let Some(slot) = self.base.slots.get(reservation.index) {
-            let current = SlotWord(slot.word.load(Ordering::SeqCst));
-            if current.generation() == reservation.generation
+            let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+            while current.generation() == reservation.generation
                 && current.load() > 0
                 && current.accepting()
                 && !self.gate.has_waiters()
             {
                 let next = current.with_load(current.load() - 1);
-                if slot
-                    .word
-                    .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-                {
-                    trace_transition!("slots: fast release {} -> {:?}", reservation.index, next);
-                    if current.load() == self.max_load {
-                        self.set_hint(&self.base.room, reservation.index);
+                match slot.word.compare_exchange_weak(
+                    current.0,
+                    next.0,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(_) => {
+                        trace_transition!(
+                            "slots: fast release {} -> {:?}",
+                            reservation.index,
+                            next
+                        );
+                        if current.load() == self.max_load {
+                            self.set_hint(&self.base.room, reservation.index);
+                        }
+                        return true;
                     }
-                    return true;
+                    // Moved by another caller: recheck against the new word and retry.
+                    Err(actual) => current = SlotWord(actual),
                 }
             }
         }
