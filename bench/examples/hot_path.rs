@@ -5,7 +5,9 @@
 //! the limit and one `fetch_sub`); `saturated-stream` and `saturated-reference` run the
 //! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
 //! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
-//! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool. The timed rounds run inside [`timed`], so
+//! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
+//! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the `acquire().await`
+//! loop) also print their wall time per round, to separate the atomic path from the future. The timed rounds run inside [`timed`], so
 //! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
 
 use std::sync::Arc;
@@ -30,6 +32,27 @@ fn main() {
             let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
             prewarm_slotpool(&rt, &pool, 1, 1);
             timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
+        }
+        "stream-try" => {
+            let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
+            prewarm_slotpool(&rt, &pool, 1, 1);
+            let start = std::time::Instant::now();
+            timed(|| {
+                for _ in 0..rounds {
+                    let guard = pool.try_acquire().expect("room");
+                    std::hint::black_box(&guard);
+                }
+            });
+            println!(
+                "{:.1} ns/op",
+                start.elapsed().as_nanos() as f64 / rounds as f64
+            );
+        }
+        "stream-async" => {
+            let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
+            prewarm_slotpool(&rt, &pool, 1, 1);
+            let elapsed = timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
+            println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
         }
         "reference" => {
             let pool = {
@@ -69,9 +92,7 @@ fn main() {
             let pool = client_cases::deadpool(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
-        other => panic!(
-            "unknown path `{other}` (stream, reference, floor, saturated-stream, saturated-reference, client or client-deadpool)"
-        ),
+        other => panic!("unknown path `{other}` (see the module docs)"),
     }
 }
 
