@@ -564,10 +564,13 @@ impl<T> SlotTable<T> {
     /// The common case of a reservation, inlined into every caller: the lowest slot flagged
     /// with room in the first segment really has room, and one checked CAS takes it.
     ///
-    /// Anything else (no room bit set, a stale hint, a lost CAS, a closed table) returns
-    /// `None` without side effects, and the caller takes the full path
-    /// ([`SlotTable::reserve_or_grow`]), which rescans everything and repairs stale hints. A
-    /// success is exactly a successful [`SlotTable::try_join`].
+    /// Anything else (no room bit set, a stale hint, a closed table) returns `None` without
+    /// side effects, and the caller takes the full path ([`SlotTable::reserve_or_grow`]),
+    /// which rescans everything and repairs stale hints. A success is exactly a successful
+    /// [`SlotTable::try_join`]. It must not repair a stale hint itself (and so cannot simply
+    /// call `try_join`): the full path learns from that very hint that the slot was retired
+    /// under it and claims it directly, before the retirer publishes its vacancy (the loom
+    /// model `retire_vs_reserve_with_stale_release` fails otherwise).
     #[inline]
     fn reserve_fast(&self) -> Option<Reservation> {
         if self.gate.is_closed() {
