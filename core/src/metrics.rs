@@ -27,7 +27,6 @@
 //! # Example
 //!
 //! ```
-//! # use std::sync::Arc;
 //! # use std::time::Duration;
 //! # use slotpool::channel::{ChannelConnector, ChannelPool};
 //! # struct Lazy;
@@ -36,8 +35,9 @@
 //! #     fn connect_lazy(&self, id: u64) -> u64 { id }
 //! # }
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let channels = Arc::new(ChannelPool::builder(Lazy).build().expect("valid configuration"));
-//! let weak = Arc::downgrade(&channels);
+//! // `ChannelPool::build` returns an `Arc`; other pools are wrapped by the caller.
+//! let channels = ChannelPool::builder(Lazy).build().expect("valid configuration");
+//! let weak = std::sync::Arc::downgrade(&channels);
 //! // Every ten seconds, while the pool lives; the task ends by itself after it is dropped.
 //! let exporter = slotpool::metrics::spawn_exporter("channels", Duration::from_secs(10), move || {
 //!     weak.upgrade().map(|pool| pool.stats())

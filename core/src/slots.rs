@@ -567,10 +567,11 @@ impl<T> SlotTable<T> {
     /// Anything else (no room bit set, a stale hint, a closed table) returns `None` without
     /// side effects, and the caller takes the full path ([`SlotTable::reserve_or_grow`]),
     /// which rescans everything and repairs stale hints. A success is exactly a successful
-    /// [`SlotTable::try_join`]. It must not repair a stale hint itself (and so cannot simply
-    /// call `try_join`): the full path learns from that very hint that the slot was retired
-    /// under it and claims it directly, before the retirer publishes its vacancy (the loom
-    /// model `retire_vs_reserve_with_stale_release` fails otherwise).
+    /// [`SlotTable::try_join`] (both take [`SlotTable::join_word`]). It must not repair a
+    /// stale hint itself (and so cannot simply call `try_join`): the full path learns from
+    /// that very hint that the slot was retired under it and claims it directly, before the
+    /// retirer publishes its vacancy (the loom model `retire_vs_reserve_with_stale_release`
+    /// fails otherwise).
     #[inline]
     fn reserve_fast(&self) -> Option<Reservation> {
         if self.gate.is_closed() {
@@ -587,24 +588,7 @@ impl<T> SlotTable<T> {
         }
         let local = local?;
         let slot = base.slots.get(local)?;
-        let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
-        let next = loop {
-            if !current.has_room(self.max_load) {
-                return None;
-            }
-            let next = current.with_load(current.load() + 1).with_used(true);
-            match slot.word.compare_exchange_weak(
-                current.0,
-                next.0,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => break next,
-                // Another caller moved the word (contention on the lowest slot is the common
-                // case under load): retry against what is there while it still has room.
-                Err(actual) => current = SlotWord(actual),
-            }
-        };
+        let next = self.join_word(slot).ok()?;
         trace_transition!("slots: fast join {} -> {:?}", local, next);
         self.joined(base, local, slot, next);
         Some(Reservation {
@@ -822,9 +806,17 @@ impl<T> SlotTable<T> {
     /// The checked CAS on one slot: `load < max` and accepting, then `load + 1`.
     fn try_join(&self, segment: &Segment<T>, local: usize, scan: &mut Scan) -> Option<Reservation> {
         let slot = &segment.slots[local];
-        let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
-        loop {
-            if !current.has_room(self.max_load) {
+        match self.join_word(slot) {
+            Ok(next) => {
+                trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
+                self.joined(segment, local, slot, next);
+                Some(Reservation {
+                    index: segment.start + local,
+                    generation: next.generation(),
+                    claimed: false,
+                })
+            }
+            Err(current) => {
                 // Stale hint: someone changed the slot since the bit was set. Clear it, then
                 // recheck (rule 2). A slot found Empty this way (retired under us, its vacancy
                 // perhaps not yet published) is remembered as a claim candidate.
@@ -833,7 +825,21 @@ impl<T> SlotTable<T> {
                     scan.empty.get_or_insert(segment.start + local);
                 }
                 self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
-                return None;
+                None
+            }
+        }
+    }
+
+    /// The join CAS alone, shared by [`SlotTable::try_join`] and the fast path: raises the
+    /// load by one (and sets `used`) while the word has room, retrying a lost CAS against the
+    /// word that beat it (contention on the lowest slot is the common case under load).
+    /// Returns the new word, or the word found without room. No hint is touched.
+    #[inline]
+    fn join_word(&self, slot: &Slot<T>) -> Result<SlotWord, SlotWord> {
+        let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
+        loop {
+            if !current.has_room(self.max_load) {
+                return Err(current);
             }
             let next = current.with_load(current.load() + 1).with_used(true);
             match slot.word.compare_exchange_weak(
@@ -842,15 +848,7 @@ impl<T> SlotTable<T> {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => {
-                    trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
-                    self.joined(segment, local, slot, next);
-                    return Some(Reservation {
-                        index: segment.start + local,
-                        generation: next.generation(),
-                        claimed: false,
-                    });
-                }
+                Ok(_) => return Ok(next),
                 // Another reserver, a releaser, a drain or a reaper changed the word (or a
                 // spurious failure): re-evaluate with what is there now.
                 Err(actual) => current = SlotWord(actual),

@@ -129,7 +129,7 @@ fn exporter_follows_the_pool_and_ends_with_it() {
         .unwrap();
     metrics::with_local_recorder(&capture, || {
         runtime.block_on(async {
-            let channels = Arc::new(ChannelPool::builder(Lazy).build().unwrap());
+            let channels = ChannelPool::builder(Lazy).build().unwrap();
             let weak = Arc::downgrade(&channels);
             let exporter = spawn_exporter("lazy", Duration::from_secs(10), move || {
                 weak.upgrade().map(|pool| pool.stats())
