@@ -9,6 +9,7 @@ pub mod fixtures;
 pub mod grpc;
 pub mod keyed;
 pub mod report;
+pub mod scaling;
 pub mod session;
 pub mod stream_cases;
 pub mod stream_ref;

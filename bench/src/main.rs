@@ -3,22 +3,27 @@
 //!
 //! ```text
 //! cargo run --release -p slotpool-bench [-- --quick|--smoke] [--json PATH] [--svg PATH] [--only PREFIX]
+//! cargo run --release -p slotpool-bench -- --scaling [--workers 1,2,4,8,16]
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use slotpool_bench::report::{self, Record, Settings};
-use slotpool_bench::{chart, client_cases, e2e_cases, keyed, session, stream_cases};
+use slotpool_bench::{chart, client_cases, e2e_cases, keyed, scaling, session, stream_cases};
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
+                      [--scaling [--workers LIST]]
 
   --quick         fewer repeats and operations (about 20 s)
   --smoke         proves every case runs; measures nothing worth reading
   --json PATH     where to write the records (default target/slotpool-bench/results.json)
   --svg PATH      where to write the ratio chart (default target/slotpool-bench/ratios.svg)
   --only PREFIX   run only the cases whose name starts with PREFIX (e.g. stream/saturated)
+  --scaling       run the contended cases at several worker counts instead (for a machine
+                  with many cores; default JSON results-scaling.json)
+  --workers LIST  worker counts for --scaling, comma-separated (default 1,2,4,8,16)
   -h, --help      this message";
 
 struct Args {
@@ -27,6 +32,7 @@ struct Args {
     json: PathBuf,
     svg: PathBuf,
     only: Option<String>,
+    scaling: Option<Vec<usize>>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
@@ -36,13 +42,21 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         json: default_dir().join("results.json"),
         svg: default_dir().join("ratios.svg"),
         only: None,
+        scaling: None,
     };
+    let mut json_given = false;
+    let mut workers: Option<Vec<usize>> = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--quick" => (parsed.settings, parsed.mode) = (Settings::quick(), "quick"),
             "--smoke" => (parsed.settings, parsed.mode) = (Settings::smoke(), "smoke"),
-            "--json" => parsed.json = PathBuf::from(value("--json")?),
+            "--json" => {
+                parsed.json = PathBuf::from(value("--json")?);
+                json_given = true;
+            }
+            "--scaling" => parsed.scaling = Some(scaling::WORKERS.to_vec()),
+            "--workers" => workers = Some(worker_list(&value("--workers")?)?),
             "--svg" => parsed.svg = PathBuf::from(value("--svg")?),
             "--only" => parsed.only = Some(value("--only")?),
             // `cargo bench` passes `--bench` to every target; accept and ignore it.
@@ -51,7 +65,25 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
+    match (&mut parsed.scaling, workers) {
+        (Some(list), Some(w)) => *list = w,
+        (None, Some(_)) => return Err("--workers needs --scaling".into()),
+        _ => {}
+    }
+    if parsed.scaling.is_some() && !json_given {
+        parsed.json = default_dir().join("results-scaling.json");
+    }
     Ok(Some(parsed))
+}
+
+/// `1,2,4` → `[1, 2, 4]`; every count at least 1.
+fn worker_list(list: &str) -> Result<Vec<usize>, String> {
+    list.split(',')
+        .map(|w| match w.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("--workers: `{w}` is not a worker count")),
+        })
+        .collect()
 }
 
 /// `target/slotpool-bench` of the workspace (wherever the binary is run from).
@@ -89,6 +121,29 @@ fn main() -> ExitCode {
         args.mode, settings.repeats, settings.scale
     );
     let started = std::time::Instant::now();
+
+    if let Some(workers) = &args.scaling {
+        let records = scaling::compare(&settings, workers);
+        print!(
+            "\n{}\n{}",
+            report::table(&records),
+            scaling::summary(&records)
+        );
+        println!("total {:.1} s", started.elapsed().as_secs_f64());
+        return match report::write_json(&args.json, &records) {
+            Ok(()) => {
+                println!("wrote {}", args.json.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!(
+                    "slotpool-bench: cannot write {}: {error}",
+                    args.json.display()
+                );
+                ExitCode::FAILURE
+            }
+        };
+    }
 
     let mut records: Vec<Record> = Vec::new();
     if group_wanted(only, "stream/") {
