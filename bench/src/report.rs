@@ -305,14 +305,14 @@ pub fn table(records: &[Record]) -> String {
         );
         let _ = writeln!(
             out,
-            "  {:<12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+            "  {:<15} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
             "impl", "ns/op", "p50 wait", "p99 wait", "p999 wait", "max wait", "ops", "repeats"
         );
         let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| fmt_ns(v as f64));
         for r in records.iter().filter(|r| r.case == case) {
             let _ = writeln!(
                 out,
-                "  {:<12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+                "  {:<15} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
                 r.impl_name,
                 fmt_ns(r.ns_per_op),
                 opt(r.p50_ns),

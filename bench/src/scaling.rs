@@ -4,7 +4,7 @@
 //! | case | what it measures |
 //! |---|---|
 //! | `scaling/stream-{w}w` | `4w` tasks looping `StreamPool` acquire → drop, 64 streams × depth 8 (slotpool, reference, floor) |
-//! | `scaling/stream-saturated-{w}w` | 64 tasks for 16 slots (4 × 4), each guard held across one yield; wait percentiles |
+//! | `scaling/stream-saturated-{w}w` | 64 tasks for 16 slots (4 × 4), each guard held across one yield; wait percentiles (slotpool, reference, tokio-semaphore) |
 //! | `scaling/client-{w}w` | `4w` tasks looping exclusive checkout from 16 clients (slotpool, reference, deadpool, bb8, tokio-semaphore) |
 //! | `scaling/session-hot-{w}w` | `4w` tasks re-acquiring random live sessions out of 1000 (slotpool, reference) |
 //!
@@ -24,8 +24,8 @@ use crate::report::{interleave, Floor, Record, Runner, Sample, Settings};
 use crate::session;
 use crate::stream_cases::{
     floor_tasks, multi_thread, prewarm_reference, prewarm_slotpool, reference_saturated,
-    reference_tasks, slotpool_pool, slotpool_saturated, slotpool_tasks, NoopRef, DEPTH, SAT_DEPTH,
-    SAT_STREAMS, SAT_TASKS, STREAMS,
+    reference_tasks, semaphore_saturated, slotpool_pool, slotpool_saturated, slotpool_tasks,
+    NoopRef, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
 };
 
 /// Worker counts measured by default.
@@ -109,6 +109,7 @@ fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
         NoopRef::new(NoopConnector, Some(SAT_STREAMS), SAT_DEPTH)
     });
     prewarm_reference(rt, &reference, SAT_STREAMS, SAT_DEPTH);
+    let permits = Arc::new(tokio::sync::Semaphore::new(SAT_STREAMS * SAT_DEPTH));
     let (_, ops) = split(settings.ops(ops::SATURATED, 1_000), SAT_TASKS);
     let impls: Vec<Runner<'_>> = vec![
         (
@@ -128,6 +129,18 @@ fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
             Box::new(|ops| {
                 let (per, done) = split(ops, SAT_TASKS);
                 let (d, waits) = rt.block_on(reference_saturated(&reference, SAT_TASKS, per));
+                Sample {
+                    ops: done,
+                    elapsed: d,
+                    waits: Some(waits),
+                }
+            }),
+        ),
+        (
+            "tokio-semaphore",
+            Box::new(|ops| {
+                let (per, done) = split(ops, SAT_TASKS);
+                let (d, waits) = rt.block_on(semaphore_saturated(&permits, SAT_TASKS, per));
                 Sample {
                     ops: done,
                     elapsed: d,

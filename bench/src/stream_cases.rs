@@ -11,8 +11,10 @@
 //!
 //! The floor is measured where it means something: the acquire/release cases. In
 //! `stream/saturated` a caller must *wait*, and the floor has no waiting (a yield loop would
-//! measure the scheduler, not a lower bound), so it is left out there; in `stream/round-trip`
-//! there is no pool-free equivalent of routing a response, so it is left out too.
+//! measure the scheduler, not a lower bound), so it is left out there; instead a bare tokio
+//! `Semaphore` of 16 permits (`tokio-semaphore`) runs the same loop: no pool at all, only the
+//! async wait and the task switches every design pays. In `stream/round-trip` there is no
+//! pool-free equivalent of routing a response, so it has no floor either.
 //!
 //! Each runtime and pool is built once per case, not per repeat; the runners below (one per
 //! implementation and case) are public so that the criterion benches time the same code.
@@ -374,6 +376,33 @@ pub async fn slotpool_saturated(
     (start.elapsed(), merge(waits))
 }
 
+/// [`slotpool_saturated`] over a bare tokio `Semaphore` (the async-wait bound of the case).
+pub async fn semaphore_saturated(
+    permits: &Arc<tokio::sync::Semaphore>,
+    tasks: usize,
+    ops_per_task: u64,
+) -> (Duration, Histogram<u64>) {
+    let start = Instant::now();
+    let handles = (0..tasks)
+        .map(|_| {
+            let permits = Arc::clone(permits);
+            tokio::spawn(async move {
+                let mut waits = wait_histogram();
+                for _ in 0..ops_per_task {
+                    let asked = Instant::now();
+                    let permit = permits.acquire().await.expect("never closed");
+                    waits.saturating_record(nanos(asked.elapsed()));
+                    tokio::task::yield_now().await;
+                    drop(permit);
+                }
+                waits
+            })
+        })
+        .collect();
+    let waits = join_all(handles).await;
+    (start.elapsed(), merge(waits))
+}
+
 /// The reference's [`slotpool_saturated`].
 pub async fn reference_saturated(
     pool: &Arc<NoopRef>,
@@ -544,6 +573,7 @@ fn saturated(settings: &Settings) -> Vec<Record> {
     prewarm_reference(&rt, &reference, SAT_STREAMS, SAT_DEPTH);
     let per_task = settings.ops(ops::SATURATED, 1_000) / SAT_TASKS as u64;
     let ops = per_task.max(1) * SAT_TASKS as u64;
+    let permits = Arc::new(tokio::sync::Semaphore::new(SAT_STREAMS * SAT_DEPTH));
     // No floor: see the module documentation.
     let impls: Vec<Runner<'_>> = vec![
         (
@@ -563,6 +593,18 @@ fn saturated(settings: &Settings) -> Vec<Record> {
             Box::new(|ops| {
                 let per = (ops / SAT_TASKS as u64).max(1);
                 let (d, waits) = rt.block_on(reference_saturated(&reference, SAT_TASKS, per));
+                Sample {
+                    ops: per * SAT_TASKS as u64,
+                    elapsed: d,
+                    waits: Some(waits),
+                }
+            }),
+        ),
+        (
+            "tokio-semaphore",
+            Box::new(|ops| {
+                let per = (ops / SAT_TASKS as u64).max(1);
+                let (d, waits) = rt.block_on(semaphore_saturated(&permits, SAT_TASKS, per));
                 Sample {
                     ops: per * SAT_TASKS as u64,
                     elapsed: d,
