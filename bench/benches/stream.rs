@@ -2,8 +2,9 @@
 //! side, timing the very runners `slotpool-bench` uses (`slotpool_bench::stream_cases`).
 //!
 //! `cargo bench -p slotpool-bench --bench stream` measures; `-- --test` runs each benchmark
-//! once (the CI smoke). The floor is left out of `stream/saturated` (it cannot wait) and
-//! `stream/round-trip` (it routes nothing); see `stream_cases`' module documentation.
+//! once (the CI smoke). The floor is left out of `stream/saturated` (it cannot wait; a bare
+//! tokio `Semaphore` runs that loop instead) and `stream/round-trip` (it routes nothing); see
+//! `stream_cases`' module documentation.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,16 +112,20 @@ fn saturated(c: &mut Criterion) {
     group.bench_function("slotpool", |b| {
         b.iter_custom(|iters| {
             let (per, scale) = per_task(iters, SAT_TASKS);
-            scale(rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per)).0)
+            scale(rt.block_on(saturated_tasks(&pool, SAT_TASKS, per)).0)
         })
     });
     group.bench_function("reference", |b| {
         b.iter_custom(|iters| {
             let (per, scale) = per_task(iters, SAT_TASKS);
-            scale(
-                rt.block_on(reference_saturated(&reference, SAT_TASKS, per))
-                    .0,
-            )
+            scale(rt.block_on(saturated_tasks(&reference, SAT_TASKS, per)).0)
+        })
+    });
+    let permits = Arc::new(tokio::sync::Semaphore::new(SAT_STREAMS * SAT_DEPTH));
+    group.bench_function("tokio-semaphore", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, SAT_TASKS);
+            scale(rt.block_on(saturated_tasks(&permits, SAT_TASKS, per)).0)
         })
     });
     group.finish();

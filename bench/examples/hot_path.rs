@@ -17,8 +17,8 @@ use slotpool_bench::fixtures::NoopConnector;
 use slotpool_bench::report::Floor;
 use slotpool_bench::stream_cases::{
     current_thread, floor_acquire_release, multi_thread, prewarm_reference, prewarm_slotpool,
-    reference_acquire_release, reference_saturated, slotpool_acquire_release, slotpool_pool,
-    slotpool_saturated, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
+    reference_acquire_release, saturated_tasks, slotpool_acquire_release, slotpool_pool, DEPTH,
+    SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
 };
 use slotpool_bench::stream_ref::RefStreamPool;
 
@@ -71,7 +71,7 @@ fn main() {
             let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
             prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
             let per_task = rounds / SAT_TASKS as u64;
-            timed(|| rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per_task)));
+            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
         }
         "saturated-reference" => {
             let rt = multi_thread(WORKERS);
@@ -82,7 +82,7 @@ fn main() {
             ));
             prewarm_reference(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
             let per_task = rounds / SAT_TASKS as u64;
-            timed(|| rt.block_on(reference_saturated(&pool, SAT_TASKS, per_task)));
+            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
         }
         "client" => {
             let pool = client_cases::slotpool(&rt);

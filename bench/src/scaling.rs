@@ -23,9 +23,9 @@ use crate::fixtures::NoopConnector;
 use crate::report::{interleave, Floor, Record, Runner, Sample, Settings};
 use crate::session;
 use crate::stream_cases::{
-    floor_tasks, multi_thread, prewarm_reference, prewarm_slotpool, reference_saturated,
-    reference_tasks, semaphore_saturated, slotpool_pool, slotpool_saturated, slotpool_tasks,
-    NoopRef, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
+    floor_tasks, multi_thread, prewarm_reference, prewarm_slotpool, reference_tasks,
+    saturated_tasks, slotpool_pool, slotpool_tasks, NoopRef, DEPTH, SAT_DEPTH, SAT_STREAMS,
+    SAT_TASKS, STREAMS,
 };
 
 /// Worker counts measured by default.
@@ -116,7 +116,7 @@ fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
             "slotpool",
             Box::new(|ops| {
                 let (per, done) = split(ops, SAT_TASKS);
-                let (d, waits) = rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per));
+                let (d, waits) = rt.block_on(saturated_tasks(&pool, SAT_TASKS, per));
                 Sample {
                     ops: done,
                     elapsed: d,
@@ -128,7 +128,7 @@ fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
             "reference",
             Box::new(|ops| {
                 let (per, done) = split(ops, SAT_TASKS);
-                let (d, waits) = rt.block_on(reference_saturated(&reference, SAT_TASKS, per));
+                let (d, waits) = rt.block_on(saturated_tasks(&reference, SAT_TASKS, per));
                 Sample {
                     ops: done,
                     elapsed: d,
@@ -140,7 +140,7 @@ fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
             "tokio-semaphore",
             Box::new(|ops| {
                 let (per, done) = split(ops, SAT_TASKS);
-                let (d, waits) = rt.block_on(semaphore_saturated(&permits, SAT_TASKS, per));
+                let (d, waits) = rt.block_on(saturated_tasks(&permits, SAT_TASKS, per));
                 Sample {
                     ops: done,
                     elapsed: d,

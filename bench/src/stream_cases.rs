@@ -348,10 +348,42 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Something the saturated loop takes a unit of capacity from and holds across a yield.
+pub trait Hold: Send + Sync + 'static {
+    /// What holds the unit until dropped.
+    type Guard<'a>: Send
+    where
+        Self: 'a;
+    /// Waits for a unit.
+    fn hold(&self) -> impl std::future::Future<Output = Self::Guard<'_>> + Send;
+}
+
+impl Hold for NoopPool {
+    type Guard<'a> = StreamGuard<'a, NoopConnector>;
+    async fn hold(&self) -> Self::Guard<'_> {
+        self.acquire().await.expect("pool is open")
+    }
+}
+
+impl Hold for NoopRef {
+    type Guard<'a> = RefStreamGuard<NoopConnector>;
+    async fn hold(&self) -> Self::Guard<'_> {
+        self.get().await
+    }
+}
+
+impl Hold for tokio::sync::Semaphore {
+    type Guard<'a> = tokio::sync::SemaphorePermit<'a>;
+    async fn hold(&self) -> Self::Guard<'_> {
+        self.acquire().await.expect("never closed")
+    }
+}
+
 /// `tasks` tasks, each `ops_per_task` × (time the acquire, hold the guard across one yield,
-/// drop); wall time for all and every acquire's wait.
-pub async fn slotpool_saturated(
-    pool: &Arc<NoopPool>,
+/// drop); wall time for all and every acquire's wait. Runs on slotpool's pool, the reference
+/// or a bare tokio `Semaphore` (the async-wait bound of the case).
+pub async fn saturated_tasks<P: Hold>(
+    pool: &Arc<P>,
     tasks: usize,
     ops_per_task: u64,
 ) -> (Duration, Histogram<u64>) {
@@ -363,61 +395,7 @@ pub async fn slotpool_saturated(
                 let mut waits = wait_histogram();
                 for _ in 0..ops_per_task {
                     let asked = Instant::now();
-                    let guard = pool.acquire().await.expect("pool is open");
-                    waits.saturating_record(nanos(asked.elapsed()));
-                    tokio::task::yield_now().await;
-                    drop(guard);
-                }
-                waits
-            })
-        })
-        .collect();
-    let waits = join_all(handles).await;
-    (start.elapsed(), merge(waits))
-}
-
-/// [`slotpool_saturated`] over a bare tokio `Semaphore` (the async-wait bound of the case).
-pub async fn semaphore_saturated(
-    permits: &Arc<tokio::sync::Semaphore>,
-    tasks: usize,
-    ops_per_task: u64,
-) -> (Duration, Histogram<u64>) {
-    let start = Instant::now();
-    let handles = (0..tasks)
-        .map(|_| {
-            let permits = Arc::clone(permits);
-            tokio::spawn(async move {
-                let mut waits = wait_histogram();
-                for _ in 0..ops_per_task {
-                    let asked = Instant::now();
-                    let permit = permits.acquire().await.expect("never closed");
-                    waits.saturating_record(nanos(asked.elapsed()));
-                    tokio::task::yield_now().await;
-                    drop(permit);
-                }
-                waits
-            })
-        })
-        .collect();
-    let waits = join_all(handles).await;
-    (start.elapsed(), merge(waits))
-}
-
-/// The reference's [`slotpool_saturated`].
-pub async fn reference_saturated(
-    pool: &Arc<NoopRef>,
-    tasks: usize,
-    ops_per_task: u64,
-) -> (Duration, Histogram<u64>) {
-    let start = Instant::now();
-    let handles = (0..tasks)
-        .map(|_| {
-            let pool = Arc::clone(pool);
-            tokio::spawn(async move {
-                let mut waits = wait_histogram();
-                for _ in 0..ops_per_task {
-                    let asked = Instant::now();
-                    let guard = pool.get().await;
+                    let guard = pool.hold().await;
                     waits.saturating_record(nanos(asked.elapsed()));
                     tokio::task::yield_now().await;
                     drop(guard);
@@ -580,7 +558,7 @@ fn saturated(settings: &Settings) -> Vec<Record> {
             "slotpool",
             Box::new(|ops| {
                 let per = (ops / SAT_TASKS as u64).max(1);
-                let (d, waits) = rt.block_on(slotpool_saturated(&pool, SAT_TASKS, per));
+                let (d, waits) = rt.block_on(saturated_tasks(&pool, SAT_TASKS, per));
                 Sample {
                     ops: per * SAT_TASKS as u64,
                     elapsed: d,
@@ -592,7 +570,7 @@ fn saturated(settings: &Settings) -> Vec<Record> {
             "reference",
             Box::new(|ops| {
                 let per = (ops / SAT_TASKS as u64).max(1);
-                let (d, waits) = rt.block_on(reference_saturated(&reference, SAT_TASKS, per));
+                let (d, waits) = rt.block_on(saturated_tasks(&reference, SAT_TASKS, per));
                 Sample {
                     ops: per * SAT_TASKS as u64,
                     elapsed: d,
@@ -604,7 +582,7 @@ fn saturated(settings: &Settings) -> Vec<Record> {
             "tokio-semaphore",
             Box::new(|ops| {
                 let per = (ops / SAT_TASKS as u64).max(1);
-                let (d, waits) = rt.block_on(semaphore_saturated(&permits, SAT_TASKS, per));
+                let (d, waits) = rt.block_on(saturated_tasks(&permits, SAT_TASKS, per));
                 Sample {
                     ops: per * SAT_TASKS as u64,
                     elapsed: d,
