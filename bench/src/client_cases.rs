@@ -300,19 +300,23 @@ pub async fn checkouts<P: Checkout>(pool: &P, ops: u64) -> Duration {
 /// [`TASK_COUNT`] tasks sharing `ops` checkouts on `rt`; wall time for all.
 pub fn checkouts_on_tasks<P: Checkout>(rt: &Runtime, pool: &Arc<P>, ops: u64) -> Duration {
     let per_task = (ops / TASK_COUNT as u64).max(1);
-    rt.block_on(async {
-        let start = Instant::now();
-        let handles: Vec<_> = (0..TASK_COUNT)
-            .map(|_| {
-                let pool = Arc::clone(pool);
-                tokio::spawn(async move { checkouts(&*pool, per_task).await })
-            })
-            .collect();
-        for handle in handles {
-            handle.await.expect("bench task panicked");
-        }
-        start.elapsed()
-    })
+    rt.block_on(checkouts_spread(pool, TASK_COUNT, per_task))
+}
+
+/// `tasks` tasks, each doing `per_task` checkouts (call inside `Runtime::block_on`); wall
+/// time for all.
+pub async fn checkouts_spread<P: Checkout>(pool: &Arc<P>, tasks: usize, per_task: u64) -> Duration {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let pool = Arc::clone(pool);
+            tokio::spawn(async move { checkouts(&*pool, per_task).await })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.expect("bench task panicked");
+    }
+    start.elapsed()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,11 +14,11 @@
 //! shows it flat or rising.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use crate::client_cases::{self, checkouts, Checkout};
+use crate::client_cases::{self, checkouts_spread};
 use crate::fixtures::NoopConnector;
 use crate::report::{interleave, Floor, Record, Runner, Sample, Settings};
 use crate::session;
@@ -153,21 +153,6 @@ fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
     interleave(&case, ops, settings, impls)
 }
 
-/// `tasks` tasks sharing `ops` checkouts; wall time for all.
-async fn checkouts_on<P: Checkout>(pool: &Arc<P>, tasks: usize, per: u64) -> Duration {
-    let start = Instant::now();
-    let handles: Vec<_> = (0..tasks)
-        .map(|_| {
-            let pool = Arc::clone(pool);
-            tokio::spawn(async move { checkouts(&*pool, per).await })
-        })
-        .collect();
-    for handle in handles {
-        handle.await.expect("bench task panicked");
-    }
-    start.elapsed()
-}
-
 fn client(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
     let tasks = workers * TASKS_PER_WORKER;
     let s = Arc::new(client_cases::slotpool(rt));
@@ -181,23 +166,23 @@ fn client(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
     let impls: Vec<Runner<'_>> = vec![
         (
             "slotpool",
-            Box::new(|ops| timed(rt.block_on(checkouts_on(&s, tasks, per(ops))), ops)),
+            Box::new(|ops| timed(rt.block_on(checkouts_spread(&s, tasks, per(ops))), ops)),
         ),
         (
             "reference",
-            Box::new(|ops| timed(rt.block_on(checkouts_on(&r, tasks, per(ops))), ops)),
+            Box::new(|ops| timed(rt.block_on(checkouts_spread(&r, tasks, per(ops))), ops)),
         ),
         (
             "deadpool",
-            Box::new(|ops| timed(rt.block_on(checkouts_on(&d, tasks, per(ops))), ops)),
+            Box::new(|ops| timed(rt.block_on(checkouts_spread(&d, tasks, per(ops))), ops)),
         ),
         (
             "bb8",
-            Box::new(|ops| timed(rt.block_on(checkouts_on(&b, tasks, per(ops))), ops)),
+            Box::new(|ops| timed(rt.block_on(checkouts_spread(&b, tasks, per(ops))), ops)),
         ),
         (
             "tokio-semaphore",
-            Box::new(|ops| timed(rt.block_on(checkouts_on(&t, tasks, per(ops))), ops)),
+            Box::new(|ops| timed(rt.block_on(checkouts_spread(&t, tasks, per(ops))), ops)),
         ),
     ];
     interleave(&format!("scaling/client-{workers}w"), ops, settings, impls)
