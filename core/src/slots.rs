@@ -71,7 +71,9 @@
 //! large as all before it (so the number of segments stays logarithmic). Segments are
 //! published whole through `arc-swap` and never freed before the table: **a live slot never
 //! moves**. The first segment is stored inline, so a table that never grew reads no published
-//! pointer on its hot path.
+//! pointer on its hot path. A reservation packs the slot index in 32 bits, so an unbounded
+//! table stops at [`MAX_GROWN_SLOTS`] (2³² slots, far more memory than any machine has): a
+//! growth beyond it panics rather than hand out an index that would not fit.
 //!
 //! # Idle tracking without a clock on the hot path
 //!
@@ -101,6 +103,9 @@ pub const MAX_LOAD: u32 = (1 << 31) - 1;
 
 /// The largest number of slots a bounded table accepts.
 pub const MAX_SLOTS: usize = 1 << 24;
+
+/// The most slots an unbounded table grows to (a reservation packs the index in 32 bits).
+pub const MAX_GROWN_SLOTS: usize = (u32::MAX as usize).saturating_add(1);
 
 /// Slots per bitmap word.
 const WORD_BITS: usize = 64;
@@ -254,10 +259,19 @@ impl SlotWord {
     }
 
     /// Whether the phase is Starting or Ready ([`Phase::accepts_reservations`]), tested on
-    /// the bits: phase 1 or 2 is `phase - 1 < 2`.
+    /// the bits: phase 1 or 2 is `phase - 1 < 2`, that is, the high phase bit of
+    /// `word - (1 << PHASE_SHIFT)` is clear (Empty borrows into it, Draining keeps it; the
+    /// borrow out of the phase field only reaches bits above it).
     #[inline]
     const fn accepting(self) -> bool {
-        ((self.0 >> Self::PHASE_SHIFT) & 0b11).wrapping_sub(1) < 2
+        self.0.wrapping_sub(1 << Self::PHASE_SHIFT) & (0b10 << Self::PHASE_SHIFT) == 0
+    }
+
+    /// Whether this word's generation is the one in `generation` (from
+    /// [`Reservation::generation_in_word`]).
+    #[inline]
+    const fn same_generation(self, generation: u64) -> bool {
+        (self.0 ^ generation) >> Self::GEN_SHIFT == 0
     }
 
     /// Whether a reserver may take one more unit here, under a per-slot cap of `max`.
@@ -384,43 +398,88 @@ struct Grown<T> {
 /// [`SlotTable::release`] (or wrap it in a [`SlotGuard`]). If [`Reservation::claimed`] is true,
 /// the holder also claimed the slot from Empty and must start the resource and then call
 /// [`SlotTable::mark_ready`] or [`SlotTable::begin_drain`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "a reservation holds load until it is released"]
 pub struct Reservation {
-    index: usize,
-    generation: Generation,
-    claimed: bool,
+    /// Packed into one non-zero word, so that a reservation (and an `Option` of one, and a
+    /// guard holding one) travels in a register:
+    ///
+    /// ```text
+    ///  63           32   31     30        1   0
+    /// +---------------+-------+-------------+---+
+    /// |     index     |claimed| generation  | 1 |
+    /// +---------------+-------+-------------+---+
+    /// ```
+    ///
+    /// The low bit is always set (the word is never 0). Slot indices fit in 32 bits: a bounded
+    /// table has at most [`MAX_SLOTS`], an unbounded one at most [`MAX_GROWN_SLOTS`].
+    raw: NonZeroU64,
 }
 
 impl Reservation {
+    const CLAIMED: u64 = 1 << 31;
+    const INDEX_SHIFT: u32 = 32;
+
+    #[inline]
+    fn new(index: usize, generation: Generation, claimed: bool) -> Self {
+        debug_assert!(
+            (index as u64) < (1 << 32),
+            "slot index {index} does not fit a reservation"
+        );
+        let bits = ((index as u64) << Self::INDEX_SHIFT)
+            | (u64::from(claimed) << 31)
+            | (u64::from(generation.0) << 1);
+        Reservation {
+            raw: NonZeroU64::MIN | bits,
+        }
+    }
+
     /// The slot's global index.
+    #[inline]
     pub fn index(&self) -> usize {
-        self.index
+        (self.raw.get() >> Self::INDEX_SHIFT) as usize
     }
 
     /// The slot's incarnation when reserved.
+    #[inline]
     pub fn generation(&self) -> Generation {
-        self.generation
+        Generation(((self.raw.get() >> 1) & Generation::MASK) as u32)
     }
 
     /// Whether this reservation claimed an Empty slot (the holder must start the resource).
+    #[inline]
     pub fn claimed(&self) -> bool {
-        self.claimed
+        self.raw.get() & Self::CLAIMED != 0
     }
 
-    /// The gate token a release hands to a waiter: `(index + 1) << 32 | generation`, never 0.
+    /// The generation in a slot word's position (other bits of the result are noise that
+    /// [`SlotWord::same_generation`] shifts out): one shift of the packed word.
+    #[inline]
+    fn generation_in_word(&self) -> u64 {
+        const _: () = assert!(SlotWord::GEN_SHIFT - 1 + 1 + Generation::BITS == 64);
+        self.raw.get() << (SlotWord::GEN_SHIFT - 1)
+    }
+
+    /// The gate token a release hands to a waiter: the packed word without the claim, never 0.
     fn token(&self) -> NonZeroU64 {
-        let raw = ((self.index as u64 + 1) << 32) | u64::from(self.generation.0);
-        NonZeroU64::new(raw).unwrap_or(NonZeroU64::MIN)
+        NonZeroU64::MIN | (self.raw.get() & !Self::CLAIMED)
     }
 
     /// The reservation a handed-over token stands for (a join: the slot was already live).
     fn from_token(token: NonZeroU64) -> Reservation {
         Reservation {
-            index: ((token.get() >> 32) - 1) as usize,
-            generation: Generation((token.get() & 0xFFFF_FFFF) as u32),
-            claimed: false,
+            raw: NonZeroU64::MIN | (token.get() & !Self::CLAIMED),
         }
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("index", &self.index())
+            .field("generation", &self.generation())
+            .field("claimed", &self.claimed())
+            .finish()
     }
 }
 
@@ -548,6 +607,7 @@ impl<T> SlotTable<T> {
     /// # Errors
     /// [`TryAcquireError::NoCapacity`] when a bounded table is full,
     /// [`TryAcquireError::Closed`] after [`SlotTable::close`].
+    #[inline]
     pub fn try_reserve(&self) -> Result<Reservation, TryAcquireError>
     where
         T: Default,
@@ -555,6 +615,14 @@ impl<T> SlotTable<T> {
         if let Some(reservation) = self.reserve_fast() {
             return Ok(reservation);
         }
+        self.try_reserve_slow()
+    }
+
+    #[inline(never)]
+    pub(crate) fn try_reserve_slow(&self) -> Result<Reservation, TryAcquireError>
+    where
+        T: Default,
+    {
         if self.gate.is_closed() {
             return Err(TryAcquireError::Closed);
         }
@@ -572,30 +640,37 @@ impl<T> SlotTable<T> {
     /// that very hint that the slot was retired under it and claims it directly, before the
     /// retirer publishes its vacancy (the loom model `retire_vs_reserve_with_stale_release`
     /// fails otherwise).
-    #[inline]
-    fn reserve_fast(&self) -> Option<Reservation> {
+    #[inline(always)]
+    pub(crate) fn reserve_fast(&self) -> Option<Reservation> {
         if self.gate.is_closed() {
             return None;
         }
         let base = &self.base;
-        let mut local = None;
-        for (w, word) in base.room.iter().enumerate() {
-            let bits = word.load(Ordering::SeqCst);
-            if bits != 0 {
-                local = Some(w * WORD_BITS + bits.trailing_zeros() as usize);
-                break;
-            }
-        }
-        let local = local?;
+        // The first room word (a segment has at least one), then the others out of line.
+        let bits = base.room.first()?.load(Ordering::SeqCst);
+        let local = if bits != 0 {
+            bits.trailing_zeros() as usize
+        } else {
+            Self::first_room_after_word0(base)?
+        };
         let slot = base.slots.get(local)?;
         let next = self.join_word(slot).ok()?;
         trace_transition!("slots: fast join {} -> {:?}", local, next);
         self.joined(base, local, slot, next);
-        Some(Reservation {
-            index: local,
-            generation: next.generation(),
-            claimed: false,
-        })
+        Some(Reservation::new(local, next.generation(), false))
+    }
+
+    /// The rest of [`SlotTable::reserve_fast`]'s scan: the lowest room bit in `segment`'s room
+    /// words after the first.
+    #[inline(never)]
+    fn first_room_after_word0(segment: &Segment<T>) -> Option<usize> {
+        for (w, word) in segment.room.iter().enumerate().skip(1) {
+            let bits = word.load(Ordering::SeqCst);
+            if bits != 0 {
+                return Some(w * WORD_BITS + bits.trailing_zeros() as usize);
+            }
+        }
+        None
     }
 
     /// After a join raised slot `local` to `next`: clear its room bit if it is now full
@@ -603,7 +678,7 @@ impl<T> SlotTable<T> {
     #[inline]
     fn joined(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>, next: SlotWord) {
         if next.load() == self.max_load {
-            self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+            self.clear_room_hint(segment, local, slot);
         } else {
             // One load of the gate's state when nobody waits.
             self.gate.notify_one();
@@ -645,6 +720,7 @@ impl<T> SlotTable<T> {
 
     /// Polls for a reservation, waiting in `wait`'s place in the queue. For owners that build
     /// their own futures (the caller must `wait.cancel(table.gate())` when it gives up).
+    #[inline]
     pub fn poll_reserve(
         &self,
         wait: &mut WaitState,
@@ -661,7 +737,8 @@ impl<T> SlotTable<T> {
         self.poll_reserve_slow(wait, cx)
     }
 
-    fn poll_reserve_slow(
+    #[inline(never)]
+    pub(crate) fn poll_reserve_slow(
         &self,
         wait: &mut WaitState,
         cx: &mut Context<'_>,
@@ -810,11 +887,11 @@ impl<T> SlotTable<T> {
             Ok(next) => {
                 trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
                 self.joined(segment, local, slot, next);
-                Some(Reservation {
-                    index: segment.start + local,
-                    generation: next.generation(),
-                    claimed: false,
-                })
+                Some(Reservation::new(
+                    segment.start + local,
+                    next.generation(),
+                    false,
+                ))
             }
             Err(current) => {
                 // Stale hint: someone changed the slot since the bit was set. Clear it, then
@@ -841,7 +918,8 @@ impl<T> SlotTable<T> {
             if !current.has_room(self.max_load) {
                 return Err(current);
             }
-            let next = current.with_load(current.load() + 1).with_used(true);
+            // `load < max_load <= MAX_LOAD`, so the increment cannot carry out of the load.
+            let next = SlotWord((current.0 + 1) | SlotWord::USED_BIT);
             match slot.word.compare_exchange_weak(
                 current.0,
                 next.0,
@@ -929,14 +1007,17 @@ impl<T> SlotTable<T> {
         // The vacancy hint is now stale; clear it (with the usual recheck, although nobody
         // but us can return this incarnation to Empty before we start or drain it).
         self.clear_hint(&segment.vacant, local, slot, |w| w.phase() == Phase::Empty);
-        Some(Reservation {
-            index: segment.start + local,
-            generation: next.generation(),
-            claimed: true,
-        })
+        Some(Reservation::new(
+            segment.start + local,
+            next.generation(),
+            true,
+        ))
     }
 
     /// Adds a segment as large as the table so far, unless someone else already did.
+    ///
+    /// # Panics
+    /// If the table would grow past [`MAX_GROWN_SLOTS`].
     fn grow(&self, grown: &Grown<T>)
     where
         T: Default,
@@ -952,6 +1033,10 @@ impl<T> SlotTable<T> {
         if has_vacancy {
             return;
         }
+        assert!(
+            total * 2 <= MAX_GROWN_SLOTS,
+            "slot table cannot grow past {MAX_GROWN_SLOTS} slots"
+        );
         let mut next: Vec<Arc<Segment<T>>> = current.iter().cloned().collect();
         next.push(Arc::new(Segment::new(total, total)));
         grown.segments.store(Arc::new(next));
@@ -972,14 +1057,16 @@ impl<T> SlotTable<T> {
         // retires) with nobody waiting (so nothing to hand over) drops its load with one CAS,
         // and publishes its room if it was full (rule 1). The checks are those of the full
         // path below, which handles everything else.
-        if let Some(slot) = self.base.slots.get(reservation.index) {
+        if let Some(slot) = self.base.slots.get(reservation.index()) {
             let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
-            while current.generation() == reservation.generation
+            let generation = reservation.generation_in_word();
+            while current.same_generation(generation)
                 && current.load() > 0
                 && current.accepting()
                 && !self.gate.has_waiters()
             {
-                let next = current.with_load(current.load() - 1);
+                // `load > 0`, so the decrement cannot borrow out of the load.
+                let next = SlotWord(current.0 - 1);
                 match slot.word.compare_exchange_weak(
                     current.0,
                     next.0,
@@ -989,11 +1076,11 @@ impl<T> SlotTable<T> {
                     Ok(_) => {
                         trace_transition!(
                             "slots: fast release {} -> {:?}",
-                            reservation.index,
+                            reservation.index(),
                             next
                         );
                         if current.load() == self.max_load {
-                            self.set_hint(&self.base.room, reservation.index);
+                            self.set_base_room_hint(reservation.index());
                         }
                         return true;
                     }
@@ -1007,8 +1094,8 @@ impl<T> SlotTable<T> {
 
     #[inline(never)]
     fn release_slow(&self, reservation: Reservation) -> bool {
-        self.with_segment(reservation.index, |segment, local| {
-            self.release_in(segment, local, reservation.generation)
+        self.with_segment(reservation.index(), |segment, local| {
+            self.release_in(segment, local, reservation.generation())
         })
         .unwrap_or(false)
     }
@@ -1023,11 +1110,7 @@ impl<T> SlotTable<T> {
             // Someone is queued: hand the unit over instead of freeing it, so a caller that
             // never waited cannot take it first (FIFO). The load stays on the slot. One load
             // of the gate's state when nobody waits.
-            let reservation = Reservation {
-                index: segment.start + local,
-                generation,
-                claimed: false,
-            };
+            let reservation = Reservation::new(segment.start + local, generation, false);
             if self.gate.handoff(reservation.token()) {
                 return true;
             }
@@ -1214,6 +1297,20 @@ impl<T> SlotTable<T> {
         }
     }
 
+    /// [`SlotTable::clear_hint`] on the room bitmap, out of line: the hot paths only reach it
+    /// when a join fills a slot.
+    #[inline(never)]
+    fn clear_room_hint(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>) {
+        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+    }
+
+    /// [`SlotTable::set_hint`] on the first segment's room bitmap, out of line: the fast
+    /// release only reaches it when it frees a full slot.
+    #[inline(never)]
+    fn set_base_room_hint(&self, local: usize) {
+        self.set_hint(&self.base.room, local);
+    }
+
     // --- hints -------------------------------------------------------------------------------
 
     fn bitmap_word(bitmap: &[CachePadded<AtomicU64>], local: usize) -> &AtomicU64 {
@@ -1294,8 +1391,9 @@ impl<T> SlotTable<T> {
 
     /// Whether `reservation`'s incarnation is still the slot's current one.
     pub fn is_current(&self, reservation: &Reservation) -> bool {
-        self.word(reservation.index)
-            .is_some_and(|w| w.generation() == reservation.generation && w.phase() != Phase::Empty)
+        self.word(reservation.index()).is_some_and(|w| {
+            w.generation() == reservation.generation() && w.phase() != Phase::Empty
+        })
     }
 
     /// Calls `f` for every allocated slot in index order.
@@ -1430,7 +1528,33 @@ impl<T> fmt::Debug for SlotGuard<'_, T> {
 
 #[cfg(all(test, not(slotpool_loom)))]
 mod tests {
-    use super::{Phase, SlotWord};
+    use super::{Generation, Phase, Reservation, SlotWord};
+
+    #[test]
+    fn reservations_pack_and_unpack() {
+        for index in [0usize, 1, 63, 64, (1 << 24) - 1, u32::MAX as usize] {
+            for generation in [0u32, 1, 7, (1 << 29) - 1] {
+                for claimed in [false, true] {
+                    let r = Reservation::new(index, Generation(generation), claimed);
+                    assert_eq!(r.index(), index);
+                    assert_eq!(r.generation(), Generation(generation));
+                    assert_eq!(r.claimed(), claimed);
+                    let back = Reservation::from_token(r.token());
+                    assert_eq!(back.index(), index);
+                    assert_eq!(back.generation(), Generation(generation));
+                    assert!(!back.claimed());
+                    let word = SlotWord(u64::from(generation) << SlotWord::GEN_SHIFT)
+                        .with_phase(Phase::Ready)
+                        .with_load(3)
+                        .with_used(true);
+                    assert!(word.same_generation(r.generation_in_word()));
+                    let other =
+                        SlotWord(u64::from(Generation(generation).next().0) << SlotWord::GEN_SHIFT);
+                    assert!(!other.same_generation(r.generation_in_word()));
+                }
+            }
+        }
+    }
 
     #[test]
     fn bit_tests_agree_with_the_phase() {

@@ -546,8 +546,20 @@ impl<C: Connector> StreamPool<C> {
     /// [`TryAcquireError::NoCapacity`] when every stream of a bounded pool is full,
     /// [`TryAcquireError::Closed`] once the pool is closed, [`TryAcquireError::Unavailable`]
     /// when a new stream is needed and the circuit breaker is open.
+    #[inline(always)]
     pub fn try_acquire(&self) -> Result<StreamGuard<'_, C>, TryAcquireError> {
-        let reservation = self.shared.table.try_reserve()?;
+        // The uncontended case inlined (as in `Acquire::poll`), the rest out of line.
+        if let Some(reservation) = self.shared.table.reserve_fast() {
+            return self
+                .admit(reservation)
+                .map_err(|retry_after| TryAcquireError::Unavailable { retry_after });
+        }
+        self.try_acquire_full()
+    }
+
+    #[inline(never)]
+    fn try_acquire_full(&self) -> Result<StreamGuard<'_, C>, TryAcquireError> {
+        let reservation = self.shared.table.try_reserve_slow()?;
         self.admit(reservation)
             .map_err(|retry_after| TryAcquireError::Unavailable { retry_after })
     }
@@ -592,7 +604,7 @@ impl<C: Connector> StreamPool<C> {
         }
         self.shared.counters.acquires.incr();
         Ok(StreamGuard {
-            pool: self,
+            shared: &self.shared,
             reservation: Some(reservation),
         })
     }
@@ -777,25 +789,47 @@ pub struct Acquire<'a, C: Connector> {
 impl<'a, C: Connector> Future for Acquire<'a, C> {
     type Output = Result<StreamGuard<'a, C>, AcquireError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let pool = this.pool;
-        match pool.shared.table.poll_reserve(&mut this.wait, cx) {
-            Poll::Ready(Ok(reservation)) => {
-                if this.waited {
-                    pool.shared.counters.waits.incr();
-                }
-                Poll::Ready(
-                    pool.admit(reservation)
-                        .map_err(|retry_after| AcquireError::Unavailable { retry_after }),
-                )
+        // The uncontended case, inlined and kept apart from the rest so that it needs no
+        // spills: a future that is not queued joins the lowest stream with room (what
+        // `poll_reserve` would try first; a join never claims, so there is nothing to start).
+        if !this.wait.is_queued() {
+            if let Some(reservation) = this.pool.shared.table.reserve_fast() {
+                return Poll::Ready(this.resolve(reservation));
             }
+        }
+        this.poll_full(cx)
+    }
+}
+
+impl<'a, C: Connector> Acquire<'a, C> {
+    /// Everything but the uncontended case: the full scan, waiting, handoffs, closing.
+    #[inline(never)]
+    fn poll_full(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<StreamGuard<'a, C>, AcquireError>> {
+        match self.pool.shared.table.poll_reserve_slow(&mut self.wait, cx) {
+            Poll::Ready(Ok(reservation)) => Poll::Ready(self.resolve(reservation)),
             Poll::Ready(Err(_closed)) => Poll::Ready(Err(AcquireError::Closed)),
             Poll::Pending => {
-                this.waited = true;
+                self.waited = true;
                 Poll::Pending
             }
         }
+    }
+
+    /// Turns the reservation this future resolved with into its output.
+    #[inline]
+    fn resolve(&self, reservation: Reservation) -> Result<StreamGuard<'a, C>, AcquireError> {
+        let pool = self.pool;
+        if self.waited {
+            pool.shared.counters.waits.incr();
+        }
+        pool.admit(reservation)
+            .map_err(|retry_after| AcquireError::Unavailable { retry_after })
     }
 }
 
@@ -815,7 +849,8 @@ impl<C: Connector> fmt::Debug for Acquire<'_, C> {
 /// the guard unsent gives the room back at once.
 #[must_use = "dropping the guard gives its room back at once"]
 pub struct StreamGuard<'a, C: Connector> {
-    pool: &'a StreamPool<C>,
+    /// The pool's shared state (not the pool handle: one pointer less to follow on release).
+    shared: &'a Shared<C>,
     /// `None` once handed to a driver or released.
     reservation: Option<Reservation>,
 }
@@ -843,7 +878,7 @@ impl<C: Connector> StreamGuard<'_, C> {
         let Some(reservation) = self.reservation else {
             return Err(RequestError::Closed);
         };
-        let shared = &self.pool.shared;
+        let shared = self.shared;
         let (reply, response) = oneshot::channel();
         let mut pending = Pending {
             request,
@@ -939,7 +974,7 @@ fn offer<C: Connector>(
 impl<C: Connector> Drop for StreamGuard<'_, C> {
     fn drop(&mut self) {
         if let Some(reservation) = self.reservation.take() {
-            self.pool.shared.table.release(reservation);
+            self.shared.table.release(reservation);
         }
     }
 }

@@ -212,14 +212,27 @@ macro_rules! trace_transition {
 }
 pub(crate) use trace_transition;
 
-/// A statistics counter that many threads bump without sharing a cache line: one
-/// cache-padded stripe per thread slot, summed on read. Relaxed: counters order nothing.
+/// A statistics counter that many threads bump without sharing a cache line and, in the
+/// common case, without an atomic read-modify-write: one cache-padded stripe per thread slot,
+/// summed on read. Relaxed: counters order nothing.
+///
+/// A thread that takes its first count claims one of [`OWNED_STRIPES`] stripe indices for its
+/// lifetime (the same index in every counter) and is then the only writer of that stripe in
+/// every counter, so it bumps it with a plain load and store (no `lock` prefix; the hot paths
+/// of the pools count every acquire). When all are taken, a thread shares one of
+/// [`SHARED_STRIPES`] stripes, round-robin, and bumps it with `fetch_add`. An index goes back
+/// when its thread exits; the release/acquire pair on the claim word hands the stripe's
+/// value to the next owner, so no count is lost.
 #[cfg_attr(slotpool_loom, allow(dead_code))] // the pools that count are not built under loom
 pub(crate) struct Counter {
     stripes: [CachePadded<AtomicU64>; COUNTER_STRIPES],
 }
 
-const COUNTER_STRIPES: usize = 8;
+/// Stripes each owned by one thread at a time (at most 64: one bit each in the claim word).
+const OWNED_STRIPES: usize = 12;
+/// Stripes shared by the threads that found every owned stripe taken.
+const SHARED_STRIPES: usize = 4;
+const COUNTER_STRIPES: usize = OWNED_STRIPES + SHARED_STRIPES;
 
 #[cfg_attr(slotpool_loom, allow(dead_code))]
 impl Counter {
@@ -238,7 +251,36 @@ impl Counter {
     /// Adds `n`.
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        self.stripes[stripe_index()].fetch_add(n, Ordering::Relaxed);
+        let index = STRIPE.with(std::cell::Cell::get);
+        if index < OWNED_STRIPES {
+            Self::bump_owned(&self.stripes[index], n);
+        } else {
+            self.add_unowned(n);
+        }
+    }
+
+    /// [`Counter::add`] for a thread without an owned stripe yet, or with none to be had.
+    #[cold]
+    #[inline(never)]
+    fn add_unowned(&self, n: u64) {
+        let index = stripe_index();
+        let stripe = &self.stripes[index % COUNTER_STRIPES];
+        if index < OWNED_STRIPES {
+            Self::bump_owned(stripe, n);
+        } else {
+            stripe.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `n` to a stripe this thread owns.
+    #[inline]
+    fn bump_owned(stripe: &AtomicU64, n: u64) {
+        // This thread owns the stripe (see the type's docs): nobody else writes it, so a plain
+        // load and store cannot lose a concurrent count.
+        stripe.store(
+            stripe.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     /// The total (a snapshot; concurrent increments may or may not be counted).
@@ -256,21 +298,115 @@ impl std::fmt::Debug for Counter {
     }
 }
 
-/// This thread's counter stripe, assigned round-robin on first use.
-#[cfg_attr(slotpool_loom, allow(dead_code))]
-#[inline]
-fn stripe_index() -> usize {
-    use std::cell::Cell;
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    STRIPE.with(|stripe| {
-        let mut index = stripe.get();
-        if index == usize::MAX {
-            index = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COUNTER_STRIPES;
-            stripe.set(index);
+thread_local! {
+    /// This thread's counter stripe (`usize::MAX` until its first count).
+    static STRIPE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    /// The owned stripe index this thread holds, given back when the thread exits.
+    static OWNED: StripeOwnership = const { StripeOwnership(std::cell::Cell::new(None)) };
+}
+
+/// Which owned stripe indices are taken: bit `i` for index `i`.
+static STRIPE_OWNERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Round-robin for threads that share a stripe.
+static NEXT_SHARED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A thread's claim on an owned stripe index; dropped (the index given back) at thread exit.
+struct StripeOwnership(std::cell::Cell<Option<usize>>);
+
+impl Drop for StripeOwnership {
+    fn drop(&mut self) {
+        if let Some(index) = self.0.take() {
+            // Counts made later in this thread's teardown go to a shared stripe.
+            let _ = STRIPE.try_with(|stripe| stripe.set(shared_stripe()));
+            // Release: the next owner's claim (Acquire) sees every store we made.
+            STRIPE_OWNERS.fetch_and(!(1u64 << index), std::sync::atomic::Ordering::Release);
         }
-        index
-    })
+    }
+}
+
+/// This thread's counter stripe index, claimed on first use.
+#[cfg_attr(slotpool_loom, allow(dead_code))]
+fn stripe_index() -> usize {
+    let index = STRIPE.with(std::cell::Cell::get);
+    if index < COUNTER_STRIPES {
+        return index;
+    }
+    assign_stripe()
+}
+
+fn shared_stripe() -> usize {
+    OWNED_STRIPES + NEXT_SHARED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SHARED_STRIPES
+}
+
+/// Claims a free owned stripe index for this thread, or assigns a shared one.
+#[cold]
+#[inline(never)]
+fn assign_stripe() -> usize {
+    use std::sync::atomic::Ordering as O;
+    let all = if OWNED_STRIPES == 64 {
+        u64::MAX
+    } else {
+        (1u64 << OWNED_STRIPES) - 1
+    };
+    let mut owners = STRIPE_OWNERS.load(O::Relaxed);
+    let index = loop {
+        let free = !owners & all;
+        if free == 0 {
+            break shared_stripe();
+        }
+        let bit = free.trailing_zeros() as usize;
+        // Acquire: pairs with the previous owner's Release at its exit.
+        match STRIPE_OWNERS.compare_exchange_weak(
+            owners,
+            owners | (1 << bit),
+            O::Acquire,
+            O::Relaxed,
+        ) {
+            Ok(_) => {
+                // Registered for give-back at exit; if this thread's TLS is being torn down
+                // already, give the index back now and share instead.
+                if OWNED.try_with(|owned| owned.0.set(Some(bit))).is_ok() {
+                    break bit;
+                }
+                STRIPE_OWNERS.fetch_and(!(1u64 << bit), O::Release);
+                break shared_stripe();
+            }
+            Err(actual) => owners = actual,
+        }
+    };
+    let _ = STRIPE.try_with(|stripe| stripe.set(index));
+    index
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::{Counter, OWNED_STRIPES};
+
+    /// More threads than owned stripes count at once (some share a stripe), then a second
+    /// wave reuses the stripes the first gave back at exit: no count is lost either way.
+    #[test]
+    fn counter_is_exact_across_owned_shared_and_reused_stripes() {
+        const THREADS: usize = OWNED_STRIPES * 2 + 3;
+        const EACH: u64 = 20_000;
+        let counter = Counter::new();
+        for _wave in 0..2 {
+            let start = std::sync::Barrier::new(THREADS);
+            std::thread::scope(|s| {
+                for _ in 0..THREADS {
+                    s.spawn(|| {
+                        start.wait();
+                        for i in 0..EACH {
+                            if i % 2 == 0 {
+                                counter.incr();
+                            } else {
+                                counter.add(1);
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        assert_eq!(counter.get(), 2 * THREADS as u64 * EACH);
+    }
 }
