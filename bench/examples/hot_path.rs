@@ -64,7 +64,8 @@ fn main() {
         }
         "floor" => {
             let floor = Floor::new(STREAMS * DEPTH);
-            timed(|| floor_acquire_release(&floor, rounds));
+            let elapsed = timed(|| floor_acquire_release(&floor, rounds));
+            println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
         }
         "saturated-stream" => {
             let rt = multi_thread(WORKERS);

@@ -14,13 +14,14 @@ use slotpool_bench::{chart, client_cases, e2e_cases, keyed, scaling, session, st
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
-                      [--scaling [--workers LIST]]
+                      [--repeats N] [--scaling [--workers LIST]]
 
   --quick         fewer repeats and operations (about 20 s)
   --smoke         proves every case runs; measures nothing worth reading
   --json PATH     where to write the records (default target/slotpool-bench/results.json)
   --svg PATH      where to write the ratio chart (default target/slotpool-bench/ratios.svg)
   --only PREFIX   run only the cases whose name starts with PREFIX (e.g. stream/saturated)
+  --repeats N     repeats per implementation (default: 7 full, 3 quick, 1 smoke)
   --scaling       run the contended cases at several worker counts instead (for a machine
                   with many cores; default JSON results-scaling.json)
   --workers LIST  worker counts for --scaling, comma-separated (default 1,2,4,8,16)
@@ -45,6 +46,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         scaling: None,
     };
     let mut json_given = false;
+    let mut repeats: Option<usize> = None;
     let mut workers: Option<Vec<usize>> = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -55,6 +57,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
                 parsed.json = PathBuf::from(value("--json")?);
                 json_given = true;
             }
+            "--repeats" => match value("--repeats")?.parse::<usize>() {
+                Ok(n) if n > 0 => repeats = Some(n),
+                _ => return Err("--repeats needs a whole number of at least 1".into()),
+            },
             "--scaling" => parsed.scaling = Some(scaling::WORKERS.to_vec()),
             "--workers" => workers = Some(worker_list(&value("--workers")?)?),
             "--svg" => parsed.svg = PathBuf::from(value("--svg")?),
@@ -64,6 +70,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument `{other}`")),
         }
+    }
+    if let Some(n) = repeats {
+        parsed.settings.repeats = n;
     }
     match (&mut parsed.scaling, workers) {
         (Some(list), Some(w)) => *list = w,
