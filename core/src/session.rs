@@ -59,7 +59,7 @@
 //!
 //! # The map: sharded, read-locked, hashed once
 //!
-//! Sessions live in a [`Registry`](crate::flight::Registry): a power-of-two number of shards,
+//! Sessions live in a [`Registry`]: a power-of-two number of shards,
 //! each a hash table behind a reader-writer lock, keyed by the session id with its hash stored
 //! beside it. An acquire hashes the id once for all its registry calls. Hot acquires of
 //! different sessions share no lock word unless their shards collide, and hot acquires of one
@@ -79,7 +79,7 @@
 //!   and store failures all return it once;
 //! * once established, both move into the session's `Live` record, whose resources (the
 //!   connection, the permit, and its reader if one was started) are freed by whoever wins its
-//!   use stamp's move to `RETIRED` ([`UseStamp`](crate::flight::UseStamp)):
+//!   use stamp's move to `RETIRED` ([`UseStamp`]):
 //!   a release, a reap, a rebuild of a dead or stale session, or `stop`. That is one CAS, so
 //!   exactly one of them frees, and a release racing an acquire either retires the old
 //!   connection (the acquire then rebuilds) or runs after the acquire refreshed it (and closes
