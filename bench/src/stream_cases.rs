@@ -4,7 +4,7 @@
 //! | case | what it measures |
 //! |---|---|
 //! | `stream/uncontended` | one task, acquire then drop the guard; 64 streams × depth 8, one open |
-//! | `stream/256-streams-240-full` | as above with 256 open streams, the lowest 240 full: the scan cost |
+//! | `stream/256-streams-240-full` | as above with 256 open streams and 240 × 8 requests held, each pool filled by its own policy: the scan cost |
 //! | `stream/8-tasks-2-workers` | 8 tasks looping acquire → drop on a 2-worker runtime, 64 × 8 |
 //! | `stream/saturated` | 64 tasks for 16 slots (4 × 4), each holding its guard across one yield: throughput and wait percentiles |
 //! | `stream/round-trip` | acquire, send one request through a stream task to an in-process echo, await the response |
@@ -198,9 +198,14 @@ pub fn fill_slotpool<'p>(rt: &Runtime, pool: &'p NoopPool) -> Vec<StreamGuard<'p
     guards
 }
 
-/// Fills a 256-stream reference pool and keeps streams 0..240 (creation order) full: returns
-/// the guards that hold them. Which free stream a `get()` finds first depends on the HashMap's
-/// iteration order, exactly as in R1.
+/// Opens 256 streams on a reference pool, then holds 240 × 8 requests through its own `get()`:
+/// returns the guards that hold them.
+///
+/// R1 takes "the first entry with room" in its `HashMap`'s iteration order, so at this load
+/// its own policy leaves the first 240 entries of that order full, and each further `get()`
+/// walks past them, the linear scan SEEDS.md names as R1's flaw. This is the reference's
+/// counterpart of slotpool's state in [`fill_slotpool`] (its own policy fills the lowest 240
+/// slots). Each pool is measured in the state its policy reaches at the same load.
 pub fn fill_reference(rt: &Runtime, pool: &NoopRef) -> Vec<RefStreamGuard<NoopConnector>> {
     rt.block_on(async {
         let mut guards = Vec::with_capacity(SCAN_STREAMS * DEPTH);
@@ -208,15 +213,23 @@ pub fn fill_reference(rt: &Runtime, pool: &NoopRef) -> Vec<RefStreamGuard<NoopCo
             guards.push(pool.get().await);
         }
         assert_eq!(pool.load(), (SCAN_STREAMS, SCAN_STREAMS * DEPTH));
-        guards.retain(|g| g.stream_id() < SCAN_FULL);
-        assert_eq!(
-            guards.len(),
-            SCAN_FULL * DEPTH,
-            "the reference fills one stream at a time"
-        );
+        guards.clear();
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
+        assert_eq!(pool.load(), (SCAN_STREAMS, 0), "every stream idle and open");
+        for _ in 0..SCAN_FULL * DEPTH {
+            guards.push(pool.get().await);
+        }
+        let mut full: Vec<_> = guards.iter().map(|g| g.stream_id()).collect();
+        full.sort_unstable();
+        full.dedup();
+        assert_eq!(
+            full.len(),
+            SCAN_FULL,
+            "the reference fills one stream at a time"
+        );
+        assert_eq!(pool.load(), (SCAN_STREAMS, SCAN_FULL * DEPTH));
         guards
     })
 }
