@@ -101,6 +101,12 @@ impl Settings {
     }
 }
 
+/// Splits about `ops` operations over `tasks` tasks: (per task, at least 1; total done).
+pub fn split(ops: u64, tasks: usize) -> (u64, u64) {
+    let per = (ops / tasks as u64).max(1);
+    (per, per * tasks as u64)
+}
+
 /// An implementation under test: a name and a closure that runs `ops` operations.
 pub type Runner<'a> = (&'a str, Box<dyn FnMut(u64) -> Sample + 'a>);
 

@@ -19,14 +19,9 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 
 use crate::client_cases::{self, checkouts_spread};
-use crate::fixtures::NoopConnector;
-use crate::report::{interleave, Floor, Record, Runner, Sample, Settings};
+use crate::report::{interleave, split, Record, Runner, Sample, Settings};
 use crate::session;
-use crate::stream_cases::{
-    floor_tasks, multi_thread, prewarm_reference, prewarm_slotpool, reference_tasks,
-    saturated_tasks, slotpool_pool, slotpool_tasks, NoopRef, DEPTH, SAT_DEPTH, SAT_STREAMS,
-    SAT_TASKS, STREAMS,
-};
+use crate::stream_cases::{self, multi_thread};
 
 /// Worker counts measured by default.
 pub const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];
@@ -58,99 +53,15 @@ pub fn compare(settings: &Settings, workers: &[usize]) -> Vec<Record> {
     records
 }
 
-/// Splits `ops` over `tasks`, returning (per task, total actually done).
-fn split(ops: u64, tasks: usize) -> (u64, u64) {
-    let per = (ops / tasks as u64).max(1);
-    (per, per * tasks as u64)
-}
-
 fn stream(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
-    let tasks = workers * TASKS_PER_WORKER;
-    let pool = Arc::new(slotpool_pool(rt, NoopConnector, STREAMS, DEPTH));
-    prewarm_slotpool(rt, &pool, 1, 1);
-    let reference = Arc::new({
-        let _enter = rt.enter();
-        NoopRef::new(NoopConnector, Some(STREAMS), DEPTH)
-    });
-    prewarm_reference(rt, &reference, 1, 1);
-    let floor = Arc::new(Floor::new(STREAMS * DEPTH));
-    let (_, ops) = split(settings.ops(ops::STREAM, 1_000), tasks);
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(slotpool_tasks(&pool, tasks, per)))
-            }),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(reference_tasks(&reference, tasks, per)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(floor_tasks(&floor, tasks, per)))
-            }),
-        ),
-    ];
-    interleave(&format!("scaling/stream-{workers}w"), ops, settings, impls)
+    let case = format!("scaling/stream-{workers}w");
+    let ops = settings.ops(ops::STREAM, 1_000);
+    stream_cases::tasks_on(&case, rt, workers * TASKS_PER_WORKER, ops, settings)
 }
 
 fn saturated(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {
-    let pool = Arc::new(slotpool_pool(rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
-    prewarm_slotpool(rt, &pool, SAT_STREAMS, SAT_DEPTH);
-    let reference = Arc::new({
-        let _enter = rt.enter();
-        NoopRef::new(NoopConnector, Some(SAT_STREAMS), SAT_DEPTH)
-    });
-    prewarm_reference(rt, &reference, SAT_STREAMS, SAT_DEPTH);
-    let permits = Arc::new(tokio::sync::Semaphore::new(SAT_STREAMS * SAT_DEPTH));
-    let (_, ops) = split(settings.ops(ops::SATURATED, 1_000), SAT_TASKS);
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| {
-                let (per, done) = split(ops, SAT_TASKS);
-                let (d, waits) = rt.block_on(saturated_tasks(&pool, SAT_TASKS, per));
-                Sample {
-                    ops: done,
-                    elapsed: d,
-                    waits: Some(waits),
-                }
-            }),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                let (per, done) = split(ops, SAT_TASKS);
-                let (d, waits) = rt.block_on(saturated_tasks(&reference, SAT_TASKS, per));
-                Sample {
-                    ops: done,
-                    elapsed: d,
-                    waits: Some(waits),
-                }
-            }),
-        ),
-        (
-            "tokio-semaphore",
-            Box::new(|ops| {
-                let (per, done) = split(ops, SAT_TASKS);
-                let (d, waits) = rt.block_on(saturated_tasks(&permits, SAT_TASKS, per));
-                Sample {
-                    ops: done,
-                    elapsed: d,
-                    waits: Some(waits),
-                }
-            }),
-        ),
-    ];
     let case = format!("scaling/stream-saturated-{workers}w");
-    interleave(&case, ops, settings, impls)
+    stream_cases::saturated_on(&case, rt, settings.ops(ops::SATURATED, 1_000), settings)
 }
 
 fn client(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record> {

@@ -28,7 +28,7 @@ use slotpool::stream::{StreamGuard, StreamPool};
 use tokio::runtime::Runtime;
 
 use crate::fixtures::{EchoConnector, Msg, NoopConnector};
-use crate::report::{interleave, wait_histogram, Floor, Record, Runner, Sample, Settings};
+use crate::report::{interleave, split, wait_histogram, Floor, Record, Runner, Sample, Settings};
 use crate::stream_ref::{RefStreamGuard, RefStreamPool};
 
 /// Case name: one task, acquire then release.
@@ -520,91 +520,96 @@ fn scan(settings: &Settings) -> Vec<Record> {
 
 fn tasks(settings: &Settings) -> Vec<Record> {
     let rt = multi_thread(WORKERS);
-    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH));
-    prewarm_slotpool(&rt, &pool, 1, 1);
+    tasks_on(
+        TASKS,
+        &rt,
+        TASK_COUNT,
+        settings.ops(ops::TASKS, 1_000),
+        settings,
+    )
+}
+
+/// The multi-task case on `rt` with `tasks` tasks and about `ops` operations in all, reported
+/// as `case` (also the scaling runs' stream case).
+pub fn tasks_on(
+    case: &str,
+    rt: &Runtime,
+    tasks: usize,
+    ops: u64,
+    settings: &Settings,
+) -> Vec<Record> {
+    let pool = Arc::new(slotpool_pool(rt, NoopConnector, STREAMS, DEPTH));
+    prewarm_slotpool(rt, &pool, 1, 1);
     let reference = Arc::new(NoopRef::new(NoopConnector, Some(STREAMS), DEPTH));
-    prewarm_reference(&rt, &reference, 1, 1);
+    prewarm_reference(rt, &reference, 1, 1);
     let floor = Arc::new(Floor::new(STREAMS * DEPTH));
-    let per_task = settings.ops(ops::TASKS, 1_000) / TASK_COUNT as u64;
-    let ops = per_task * TASK_COUNT as u64;
     let impls: Vec<Runner<'_>> = vec![
         (
             "slotpool",
             Box::new(|ops| {
-                let per = ops / TASK_COUNT as u64;
-                let d = rt.block_on(slotpool_tasks(&pool, TASK_COUNT, per));
-                Sample::timed(per * TASK_COUNT as u64, d)
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(slotpool_tasks(&pool, tasks, per)))
             }),
         ),
         (
             "reference",
             Box::new(|ops| {
-                let per = ops / TASK_COUNT as u64;
-                let d = rt.block_on(reference_tasks(&reference, TASK_COUNT, per));
-                Sample::timed(per * TASK_COUNT as u64, d)
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(reference_tasks(&reference, tasks, per)))
             }),
         ),
         (
             "floor",
             Box::new(|ops| {
-                let per = ops / TASK_COUNT as u64;
-                let d = rt.block_on(floor_tasks(&floor, TASK_COUNT, per));
-                Sample::timed(per * TASK_COUNT as u64, d)
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(floor_tasks(&floor, tasks, per)))
             }),
         ),
     ];
-    interleave(TASKS, ops, settings, impls)
+    interleave(case, split(ops, tasks).1, settings, impls)
 }
 
 fn saturated(settings: &Settings) -> Vec<Record> {
     let rt = multi_thread(WORKERS);
-    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
-    prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
+    saturated_on(
+        SATURATED,
+        &rt,
+        settings.ops(ops::SATURATED, 1_000),
+        settings,
+    )
+}
+
+/// The saturated case on `rt` with about `ops` operations in all, reported as `case` (also
+/// the scaling runs' saturated case).
+pub fn saturated_on(case: &str, rt: &Runtime, ops: u64, settings: &Settings) -> Vec<Record> {
+    let pool = Arc::new(slotpool_pool(rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
+    prewarm_slotpool(rt, &pool, SAT_STREAMS, SAT_DEPTH);
     let reference = Arc::new(NoopRef::new(NoopConnector, Some(SAT_STREAMS), SAT_DEPTH));
-    prewarm_reference(&rt, &reference, SAT_STREAMS, SAT_DEPTH);
-    let per_task = settings.ops(ops::SATURATED, 1_000) / SAT_TASKS as u64;
-    let ops = per_task.max(1) * SAT_TASKS as u64;
+    prewarm_reference(rt, &reference, SAT_STREAMS, SAT_DEPTH);
     let permits = Arc::new(tokio::sync::Semaphore::new(SAT_STREAMS * SAT_DEPTH));
     // No floor: see the module documentation.
     let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| {
-                let per = (ops / SAT_TASKS as u64).max(1);
-                let (d, waits) = rt.block_on(saturated_tasks(&pool, SAT_TASKS, per));
-                Sample {
-                    ops: per * SAT_TASKS as u64,
-                    elapsed: d,
-                    waits: Some(waits),
-                }
-            }),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                let per = (ops / SAT_TASKS as u64).max(1);
-                let (d, waits) = rt.block_on(saturated_tasks(&reference, SAT_TASKS, per));
-                Sample {
-                    ops: per * SAT_TASKS as u64,
-                    elapsed: d,
-                    waits: Some(waits),
-                }
-            }),
-        ),
-        (
-            "tokio-semaphore",
-            Box::new(|ops| {
-                let per = (ops / SAT_TASKS as u64).max(1);
-                let (d, waits) = rt.block_on(saturated_tasks(&permits, SAT_TASKS, per));
-                Sample {
-                    ops: per * SAT_TASKS as u64,
-                    elapsed: d,
-                    waits: Some(waits),
-                }
-            }),
-        ),
+        ("slotpool", saturated_runner(rt, &pool)),
+        ("reference", saturated_runner(rt, &reference)),
+        ("tokio-semaphore", saturated_runner(rt, &permits)),
     ];
-    interleave(SATURATED, ops, settings, impls)
+    interleave(case, split(ops, SAT_TASKS).1, settings, impls)
+}
+
+/// Runs [`saturated_tasks`] on `pool`, about `ops` operations over [`SAT_TASKS`] tasks.
+fn saturated_runner<'a, P: Hold>(
+    rt: &'a Runtime,
+    pool: &'a Arc<P>,
+) -> Box<dyn FnMut(u64) -> Sample + 'a> {
+    Box::new(move |ops| {
+        let (per, done) = split(ops, SAT_TASKS);
+        let (elapsed, waits) = rt.block_on(saturated_tasks(pool, SAT_TASKS, per));
+        Sample {
+            ops: done,
+            elapsed,
+            waits: Some(waits),
+        }
+    })
 }
 
 fn round_trip(settings: &Settings) -> Vec<Record> {
