@@ -3,26 +3,25 @@
 
 mod sync;
 
-pub mod breaker;
-pub mod channel;
-pub mod client;
 pub mod error;
-pub mod flight;
-pub mod gate;
 #[cfg(not(slotpool_loom))]
-pub mod keyed;
-pub mod limit;
+mod integration;
+mod pool;
+mod protocol;
+
+pub use protocol::{breaker, flight, gate, limit, slots};
+
+// The pools need tokio and the clock; loom builds check the protocols alone.
+#[cfg(not(slotpool_loom))]
+pub use pool::{channel, client, keyed, session, stream};
+// `channel` and `client` hold protocols that loom checks; they leave the pool files next.
+#[cfg(slotpool_loom)]
+pub use pool::{channel, client};
+
 #[cfg(all(feature = "metrics", not(slotpool_loom)))]
-pub mod metrics;
-#[cfg(not(slotpool_loom))]
-mod reap;
-#[cfg(not(slotpool_loom))]
-pub mod session;
-pub mod slots;
-#[cfg(not(slotpool_loom))]
-pub mod stream;
+pub use integration::metrics;
 #[cfg(all(feature = "tonic", not(slotpool_loom)))]
-pub mod tonic;
+pub use integration::tonic;
 
 pub use error::{AcquireError, Closed, ConfigError, Reach, TryAcquireError};
 pub use gate::{Gate, WaitState, Waiter};

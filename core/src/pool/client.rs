@@ -712,7 +712,7 @@ mod pool {
     use super::{Checkout, ExclusiveSlots, Lease, MAX_STAMP};
     use crate::channel::{ChannelConnector, ChannelGuard, ChannelPool};
     use crate::error::{ConfigError, Reach, TryAcquireError};
-    use crate::reap::nanos;
+    use crate::pool::reap::nanos;
     use crate::slots::Capacity;
     use crate::sync::{Arc, AtomicU64, CachePadded, Counter, Ordering};
 
@@ -873,7 +873,7 @@ mod pool {
             });
             let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
                 let weak = Arc::downgrade(&shared);
-                crate::reap::spawn_reaper(&runtime, weak, interval, |shared| {
+                crate::pool::reap::spawn_reaper(&runtime, weak, interval, |shared| {
                     shared.reap(shared.clock.now());
                 })
             });

@@ -68,7 +68,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, ConfigError, Reach, TryAcquireError};
 use crate::gate::WaitState;
-use crate::reap::{nanos, spawn_reaper};
+use crate::pool::reap::{nanos, spawn_reaper};
 use crate::slots::{Capacity, Generation, Reservation, SlotTable, TableStats};
 use crate::sync::{spin, Arc, AtomicBool, Counter, Mutex, Ordering, Published};
 

@@ -671,7 +671,7 @@ mod pool {
             });
             let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
                 let weak = Arc::downgrade(&shared);
-                crate::reap::spawn_reaper(&runtime, weak, interval, |shared| {
+                crate::pool::reap::spawn_reaper(&runtime, weak, interval, |shared| {
                     shared.reap(shared.clock.now());
                 })
             });

@@ -193,7 +193,7 @@ use tokio::task::AbortHandle;
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::flight::{Batch, Claim, Entry, Flight, Hashed, KeyHash, Registry, Touch, UseStamp};
 use crate::limit::{Limit, OwnedPermit};
-use crate::reap::nanos as duration_ns;
+use crate::pool::reap::nanos as duration_ns;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Counter, Mutex, Ordering, Weak};
 
 /// Capacity of each session's event channel (R3's 256). The reader waits when it is full.
@@ -670,7 +670,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             counters: Arc::new(Counters::new()),
         });
         let reaper = match (reap_every, runtime) {
-            (Some(every), Some(runtime)) => Some(crate::reap::spawn_reaper(
+            (Some(every), Some(runtime)) => Some(crate::pool::reap::spawn_reaper(
                 &runtime,
                 Arc::downgrade(&shared),
                 every,
