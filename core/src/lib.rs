@@ -4,19 +4,17 @@
 mod sync;
 
 pub mod error;
+mod protocol;
+// The pools and integrations need tokio and the clock; loom builds check the protocols alone.
 #[cfg(not(slotpool_loom))]
 mod integration;
+#[cfg(not(slotpool_loom))]
 mod pool;
-mod protocol;
 
-pub use protocol::{breaker, flight, gate, limit, slots};
+pub use protocol::{breaker, exclusive, flight, gate, limit, shared, slots};
 
-// The pools need tokio and the clock; loom builds check the protocols alone.
 #[cfg(not(slotpool_loom))]
 pub use pool::{channel, client, keyed, session, stream};
-// `channel` and `client` hold protocols that loom checks; they leave the pool files next.
-#[cfg(slotpool_loom)]
-pub use pool::{channel, client};
 
 #[cfg(all(feature = "metrics", not(slotpool_loom)))]
 pub use integration::metrics;

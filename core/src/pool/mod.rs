@@ -4,11 +4,7 @@
 
 pub mod channel;
 pub mod client;
-#[cfg(not(slotpool_loom))]
 pub mod keyed;
-#[cfg(not(slotpool_loom))]
 pub(crate) mod reap;
-#[cfg(not(slotpool_loom))]
 pub mod session;
-#[cfg(not(slotpool_loom))]
 pub mod stream;

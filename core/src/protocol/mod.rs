@@ -5,7 +5,9 @@
 //! protocols below it; none imports a pool.
 
 pub mod breaker;
+pub mod exclusive;
 pub mod flight;
 pub mod gate;
 pub mod limit;
+pub mod shared;
 pub mod slots;
