@@ -1,0 +1,793 @@
+//! One live connection per session id, established once however many callers ask at once,
+//! bounded without waiting (R3, with its races removed).
+//!
+//! # What it does
+//!
+//! A [`SessionPool`] maps application sessions to long-lived daemon connections. For
+//! [`SessionPool::acquire`]`(session, ctx)`:
+//!
+//! 1. **Hot path.** If the session has a live, fresh connection it is returned at once: one
+//!    map read under its shard's read lock (shared with other readers, never with a network
+//!    wait), a liveness check, and one CAS that refreshes its last-use stamp. Nothing is
+//!    awaited.
+//! 2. A **dead** connection (the connector says it is down, or its event reader ended) or a
+//!    **stale** one (idle past `max_idle_time`) is retired (closed, capacity returned) and
+//!    rebuilt.
+//! 3. Otherwise the caller **claims** the session. Exactly one claimant becomes the leader and
+//!    takes capacity **without waiting** ([`Limit::try_acquire_owned`]); none left is
+//!    [`SessionError::Exhausted`]. Everyone else who asks for the session meanwhile joins the
+//!    leader's flight and gets the same connection, or the same error (**single flight**).
+//! 4. The leader **drives** the establishment inside its own `acquire` (no task spawn, no
+//!    cross-task wake-up when nobody cancels; see *Cancellation*): connect (or take a prewarmed
+//!    connection), ask the [`SessionStore`] for the session's loop id, **reattach** to it if
+//!    there is a usable one, falling back to a fresh **bootstrap** if that fails (or if there is
+//!    none), persist a new loop id (or touch the record after a reattach), and install the
+//!    connection as the session's active one. Installing queues the session's **event reader**
+//!    (see *Event readers*).
+//!
+//! A caller that finds no entry spends a unit of tokio's cooperative budget before it claims
+//! (as tokio's own resources do), so a loop of establishments against a connector that
+//! answers at once still yields to the runtime now and then.
+//!
+//! [`SessionPool::release`] (and [`SessionPool::reset_session`], which is the same as in R3)
+//! retires the session's connection: reader aborted, connection closed, capacity returned.
+//! [`SessionPool::stop`] retires everything, and every later acquire gets
+//! [`SessionError::Closed`]. [`SessionPool::reap`] retires sessions idle past
+//! `max_idle_time`, with time from the injected `quanta::Clock`; a background task calls it
+//! every `reap_every`, and tests call it directly with `Clock::mock()`.
+//!
+//! Connections are created lazily. [`SessionPoolBuilder::prewarm`] keeps up to that many
+//! connected-but-unassigned connections (filled by [`SessionPool::prewarm`]), so an
+//! establishment can skip its connect; they do not count against `pool_size`, which bounds
+//! sessions.
+//!
+//! # Event readers
+//!
+//! Each active session has a reader task that forwards its connection's events into a
+//! bounded channel of [`EVENT_BUFFER`] (the caller takes the receiver with
+//! [`Session::take_events`]; until then events wait in the channel) and marks the session
+//! dead when the stream ends. Two things are lazy, because a session that is released soon
+//! after it is established (or whose events nobody takes) would otherwise pay for them for
+//! nothing:
+//!
+//! * the **reader task** is started by a one-shot *starter* task that serves every session
+//!   installed since it was scheduled: the first install schedules it, later ones only queue.
+//!   It spawns the readers of the sessions still active when it runs (normally at the
+//!   installing task's next yield), so a session released before then costs no task;
+//! * the **channel** is opened by whichever comes first, the reader's first event or
+//!   `take_events`; a receiver taken after the reader ended sees the stream's end at once.
+//!
+//! # The map: sharded, read-locked, hashed once
+//!
+//! Sessions live in a [`Registry`]: a power-of-two number of shards,
+//! each a hash table behind a reader-writer lock, keyed by the session id with its hash stored
+//! beside it. An acquire hashes the id once for all its registry calls. Hot acquires of
+//! different sessions share no lock word unless their shards collide, and hot acquires of one
+//! session only share a read lock. A mutex (R3) serialises every acquire; copy-on-write maps
+//! (arc-swap), this module's first design, made every new session and every release copy a
+//! shard and allocate, which cost establishment churn far more than the read lock costs
+//! the hot path. Writes (a claim, an install, a release) change one shard in place.
+//!
+//! # Exact accounting
+//!
+//! Capacity is an [`OwnedPermit`](crate::limit::OwnedPermit) and every connection has one owner at a time, so "returned
+//! exactly once" follows from ownership rather than from bookkeeping on each path:
+//!
+//! * during establishment the permit and the open connection belong to the establishment
+//!   future (a guard closes the connection on any early return, a drop, or a panic's unwind;
+//!   the permit drops with the future's state), so connect, bootstrap, reattach-then-bootstrap
+//!   and store failures all return it once;
+//! * once established, both move into the session's `Live` record, whose resources (the
+//!   connection, the permit, and its reader if one was started) are freed by whoever wins its
+//!   use stamp's move to `RETIRED` ([`UseStamp`](crate::flight::UseStamp)):
+//!   a release, a reap, a rebuild of a dead or stale session, or `stop`. That is one CAS, so
+//!   exactly one of them frees, and a release racing an acquire either retires the old
+//!   connection (the acquire then rebuilds) or runs after the acquire refreshed it (and closes
+//!   it under the caller, who sees [`Session::is_open`] go false);
+//! * a release or stop that lands while a session is still being established removes its
+//!   flight from the map; the leader's install is then refused and the leader retires the
+//!   connection itself, failing the flight with [`SessionError::Released`] or
+//!   [`SessionError::Closed`].
+//!
+//! # Cancellation
+//!
+//! The establishment is one heap-pinned future that owns everything it needs (permit, key,
+//! context, the flight's completion). The leader polls it inline; if the leader's `acquire` is
+//! dropped before it finishes, the driver's `Drop` hands **the same pinned future** to the
+//! runtime as a task (`Handle::spawn`), so it carries on from where it was. Either way:
+//!
+//! * the establishment finishes, its result is installed and cached, and every follower gets
+//!   it: **a cancelled leader does not fail its followers**, and a connection it was opening
+//!   is not wasted (it stays installed as the session's active one, counting against
+//!   `pool_size` until released or reaped);
+//! * a follower dropped at its wait only removes its own waker.
+//!
+//! This is the behaviour of an establishment spawned from the start, paid for (one spawn)
+//! only when a leader is actually cancelled. If the establishment is dropped without finishing
+//! (the runtime shut down) or the connector panics, its guard closes any open connection,
+//! returns the permit, removes the flight and fails the waiters with
+//! [`SessionError::Aborted`].
+//!
+//! # Errors and retry safety
+//!
+//! Each [`SessionError`] says how far the request got ([`Reach`]): a failed connect, a failed
+//! store lookup, `Exhausted` and `Closed` are [`Reach::NotSent`] (nothing happened on the
+//! daemon); a failed bootstrap, a failed save of a new loop id, `Released` and an abort after
+//! bootstrap began are [`Reach::MaybeApplied`] (a loop may exist on the daemon).
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::future::{pending, ready, Future};
+//! use slotpool::session::{Connector, LoopId, SessionContext, SessionPool};
+//!
+//! /// A connector to an imaginary daemon: every connection is up, never sends events.
+//! struct Daemon;
+//!
+//! impl Connector for Daemon {
+//!     type Conn = ();
+//!     type Event = String;
+//!     type Error = Infallible;
+//!
+//!     fn connect(&self) -> impl Future<Output = Result<(), Infallible>> + Send {
+//!         ready(Ok(()))
+//!     }
+//!     fn bootstrap(
+//!         &self,
+//!         _: &(),
+//!         session: &str,
+//!         _: &SessionContext,
+//!     ) -> impl Future<Output = Result<LoopId, Infallible>> + Send {
+//!         ready(Ok(LoopId::new(format!("loop-{session}"))))
+//!     }
+//!     fn reattach(&self, _: &(), _: &LoopId) -> impl Future<Output = Result<(), Infallible>> + Send {
+//!         ready(Ok(()))
+//!     }
+//!     fn is_alive(&self, _: &()) -> bool {
+//!         true
+//!     }
+//!     fn next_event(&self, _: &()) -> impl Future<Output = Option<String>> + Send {
+//!         pending()
+//!     }
+//!     fn close(&self, _: &()) {}
+//! }
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let pool = SessionPool::builder(Daemon).pool_size(100).build()?;
+//!     let ctx = SessionContext::new("workspace-1", "alice");
+//!
+//!     let first = pool.acquire("session-a", &ctx).await?;
+//!     assert_eq!(first.loop_id().as_str(), "loop-session-a");
+//!     let _events = first.take_events(); // a bounded receiver of the daemon's events
+//!
+//!     // The same session again: the same connection, straight from the hot path.
+//!     let again = pool.acquire("session-a", &ctx).await?;
+//!     assert!(first.same_connection(&again));
+//!
+//!     assert!(pool.release("session-a"));
+//!     assert!(!first.is_open());
+//!     assert_eq!(pool.stats().in_use, 0);
+//!     pool.stop();
+//!     Ok(())
+//! }
+//! ```
+//!
+//! This module owns sessions and the acquire path; `establish.rs` the leader's establishment,
+//! `live.rs` an installed connection and its event reader, `store.rs` the session store,
+//! `error.rs` the errors and `builder.rs` the settings. The claim and retire protocol itself
+//! lives in [`crate::flight`] (executor-agnostic, loom-checked).
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use quanta::Clock;
+use tokio::task::AbortHandle;
+
+use crate::error::{Reach, TryAcquireError};
+use crate::flight::{Batch, Claim, Entry, Flight, Hashed, Registry, Touch};
+use crate::limit::Limit;
+use crate::pool::reap::nanos as duration_ns;
+use crate::sync::{Arc, Counter, Mutex, Weak};
+
+/// Capacity of each session's event channel (R3's 256). The reader waits when it is full.
+pub const EVENT_BUFFER: usize = 256;
+
+/// `pool_size` when the builder is not told one (R3's default).
+pub const DEFAULT_POOL_SIZE: usize = 1000;
+
+/// `max_idle_time` when the builder is not told one (R3's default: ten minutes).
+pub const DEFAULT_MAX_IDLE_TIME: Duration = Duration::from_secs(600);
+
+/// Most shards the session map is split into; fewer for small pools (about 8 sessions each).
+const MAX_SHARDS: usize = 64;
+
+// ---------------------------------------------------------------------------------------
+// Injected parts
+// ---------------------------------------------------------------------------------------
+
+mod builder;
+mod error;
+mod establish;
+mod live;
+mod store;
+
+pub use builder::SessionPoolBuilder;
+pub use error::{SessionError, SourceError, StoreOp};
+pub use establish::Origin;
+pub use live::Session;
+pub use store::{LoopId, MemoryStore, SessionContext, SessionRecord, SessionStore};
+
+use error::source;
+use establish::{Drive, Lead};
+use live::Live;
+
+/// Opens, prepares, watches and closes daemon connections. Injectable, as R3's client factory
+/// and bootstrap function are: wrap a real client, or count calls in a test fake.
+///
+/// The futures must be `Send`; an `async fn` in the impl satisfies these signatures.
+pub trait Connector: Send + Sync + 'static {
+    /// One open connection.
+    type Conn: Send + Sync + 'static;
+    /// What the connection's event stream yields.
+    type Event: Send + 'static;
+    /// Why an operation failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Opens a connection.
+    fn connect(&self) -> impl Future<Output = Result<Self::Conn, Self::Error>> + Send;
+
+    /// Creates a new loop for `session` on the daemon and returns its id.
+    fn bootstrap(
+        &self,
+        conn: &Self::Conn,
+        session: &str,
+        ctx: &SessionContext,
+    ) -> impl Future<Output = Result<LoopId, Self::Error>> + Send;
+
+    /// Attaches the connection to an existing loop.
+    fn reattach(
+        &self,
+        conn: &Self::Conn,
+        loop_id: &LoopId,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Whether the connection is still up. Called on every hot acquire: keep it a load.
+    fn is_alive(&self, conn: &Self::Conn) -> bool;
+
+    /// The connection's next event; `None` when the stream has ended (the session is then
+    /// considered dead and is rebuilt on its next acquire).
+    fn next_event(&self, conn: &Self::Conn) -> impl Future<Output = Option<Self::Event>> + Send;
+
+    /// Closes the connection. Called exactly once per opened connection.
+    fn close(&self, conn: &Self::Conn);
+}
+
+// ---------------------------------------------------------------------------------------
+// The pool
+// ---------------------------------------------------------------------------------------
+
+/// A snapshot of a pool's state and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct SessionStats {
+    /// `pool_size`.
+    pub capacity: usize,
+    /// Capacity taken: `active + establishing` (up to the moment each is freed).
+    pub in_use: usize,
+    /// Sessions with an installed connection.
+    pub active: usize,
+    /// Establishments in progress.
+    pub establishing: usize,
+    /// Prewarmed connections not yet assigned to a session.
+    pub idle: usize,
+    /// Connections the pool opened ([`Connector::connect`] calls).
+    pub connects: u64,
+    /// Sessions established by bootstrap (including after a failed reattach).
+    pub bootstraps: u64,
+    /// Sessions established by reattaching to a stored loop.
+    pub reattaches: u64,
+    /// Establishments that failed (any error but `Exhausted`).
+    pub failures: u64,
+    /// Acquires refused with `Exhausted`.
+    pub exhausted: u64,
+    /// Sessions removed by `release` / `reset_session`.
+    pub released: u64,
+    /// Sessions retired by the reaper.
+    pub reaped: u64,
+    /// Dead or stale sessions retired by an acquire that then rebuilt them.
+    pub rebuilt: u64,
+}
+
+/// The pool's statistics. Every establishment and release bumps several of them, from
+/// whichever worker runs it, so each is striped per thread ([`Counter`]): a shared word would
+/// move between cores on every session opened or closed.
+struct Counters {
+    /// INVARIANT: number of `Live` records whose `installed` flag is set (once quiescent).
+    active: Gauge,
+    establishing: Gauge,
+    connects: Counter,
+    bootstraps: Counter,
+    reattaches: Counter,
+    failures: Counter,
+    exhausted: Counter,
+    released: Counter,
+    reaped: Counter,
+    rebuilt: Counter,
+}
+
+impl Counters {
+    fn new() -> Self {
+        Self {
+            active: Gauge::new(),
+            establishing: Gauge::new(),
+            connects: Counter::new(),
+            bootstraps: Counter::new(),
+            reattaches: Counter::new(),
+            failures: Counter::new(),
+            exhausted: Counter::new(),
+            released: Counter::new(),
+            reaped: Counter::new(),
+            rebuilt: Counter::new(),
+        }
+    }
+}
+
+/// A count that goes up and down, as two striped counters (ups and downs).
+struct Gauge {
+    up: Counter,
+    down: Counter,
+}
+
+impl Gauge {
+    fn new() -> Self {
+        Self {
+            up: Counter::new(),
+            down: Counter::new(),
+        }
+    }
+
+    fn incr(&self) {
+        self.up.incr();
+    }
+
+    fn decr(&self) {
+        self.down.incr();
+    }
+
+    /// A snapshot: exact once the pool is quiescent. Downs are read first, so a decrement
+    /// racing the read is never counted without its increment (the difference is clamped
+    /// at zero for the same reason across stripes).
+    fn get(&self) -> usize {
+        let down = self.down.get();
+        let up = self.up.get();
+        usize::try_from(up.saturating_sub(down)).unwrap_or(usize::MAX)
+    }
+}
+
+fn bump(counter: &Counter) {
+    counter.incr();
+}
+
+type Outcome<C> = Result<Arc<Live<C>>, SessionError>;
+type SessionMap<C> = Registry<Arc<str>, Arc<Live<C>>, Outcome<C>>;
+
+/// What the pool, its establishments and its reaper share.
+struct Shared<C: Connector, S> {
+    /// Session id → live connection or establishment in flight.
+    registry: SessionMap<C>,
+    /// `pool_size` permits. INVARIANT: every permit out is owned by exactly one establishment
+    /// or one un-retired `Live`.
+    limit: Arc<Limit>,
+    connector: Arc<C>,
+    store: S,
+    clock: Clock,
+    /// Stamps are nanoseconds since this instant.
+    base: quanta::Instant,
+    max_idle_ns: u64,
+    /// Target count of prewarmed connections.
+    prewarm: usize,
+    /// Prewarmed connections. INVARIANT: each is open and owned by no session.
+    idle: Mutex<Vec<C::Conn>>,
+    /// Installed sessions whose event reader is yet to start, drained by a [`Starter`].
+    /// INVARIANT: while it is not empty, a starter is scheduled (or its push is scheduling one).
+    unstarted: Batch<Weak<Live<C>>>,
+    counters: Arc<Counters>,
+}
+
+/// A pool of daemon connections, one per session id. See the [module documentation](self).
+///
+/// Share it with `Arc<SessionPool>`; dropping it stops it (every connection closed).
+pub struct SessionPool<C: Connector, S: SessionStore = MemoryStore> {
+    shared: Arc<Shared<C, S>>,
+    reaper: Option<AbortHandle>,
+}
+
+impl<C: Connector> SessionPool<C, MemoryStore> {
+    /// Starts configuring a pool over `connector` (with a [`MemoryStore`] unless
+    /// [`SessionPoolBuilder::store`] says otherwise).
+    pub fn builder(connector: C) -> SessionPoolBuilder<C, MemoryStore> {
+        SessionPoolBuilder::new(connector)
+    }
+}
+
+impl<C: Connector, S: SessionStore> SessionPool<C, S> {
+    /// Returns `session`'s connection, establishing it if it has none (or a dead or stale
+    /// one). See the [module documentation](self) for every step.
+    ///
+    /// Cancel-safe. A follower's only await is the wait on the flight: dropping it there
+    /// removes its waker. A leader first drives the establishment: dropping it there moves
+    /// the establishment to a spawned task, which finishes it for the followers and the cache
+    /// (see the module docs, *Cancellation*).
+    ///
+    /// # Errors
+    /// [`SessionError::Exhausted`] when `pool_size` sessions are taken (no waiting),
+    /// [`SessionError::Closed`] after [`SessionPool::stop`], or the establishment's error,
+    /// which every concurrent caller for the session shares.
+    pub async fn acquire(
+        &self,
+        session: &str,
+        ctx: &SessionContext,
+    ) -> Result<Session<C>, SessionError> {
+        let shared = &*self.shared;
+        // Hashed once for every registry call this acquire makes.
+        let key = shared.registry.hashed(session);
+        loop {
+            let flight = match shared.registry.get(key) {
+                Some(Entry::Ready(live)) => match shared.check(key, live) {
+                    Some(ready) => return Ok(ready),
+                    None => continue,
+                },
+                Some(Entry::Flying(flight)) => flight,
+                None => {
+                    // An establishment spawns a task (the event reader) and, with connectors
+                    // that answer at once, awaits nothing that yields: spend tokio's coop
+                    // budget here, as tokio's own resources do, so a loop of establishments
+                    // lets the runtime run (or, once released, drop) the readers it spawned
+                    // instead of piling them up. Cancel-safe: nothing is held yet.
+                    tokio::task::coop::consume_budget().await;
+                    // The owned key the claim inserts, kept for the establishment too.
+                    let mut owned = None;
+                    let claim = shared.registry.claim(key, || {
+                        let made: Arc<str> = Arc::from(session);
+                        owned = Some(Arc::clone(&made));
+                        made
+                    });
+                    match claim {
+                        Claim::Ready(live) => match shared.check(key, live) {
+                            Some(ready) => return Ok(ready),
+                            None => continue,
+                        },
+                        Claim::Join(flight) => flight,
+                        Claim::Lead(flight) => {
+                            let owned = owned.unwrap_or_else(|| Arc::from(session));
+                            match self.lead(key, owned, ctx, &flight) {
+                                // Cancel-safe: dropped here, the driver spawns the
+                                // establishment so it still completes (see `Drive`). Its
+                                // outcome is the flight's, so the leader need not wait on it.
+                                Some(establishment) => {
+                                    return establishment.await.map(|live| Session { live })
+                                }
+                                None => flight,
+                            }
+                        }
+                        Claim::Closed => return Err(SessionError::Closed),
+                    }
+                }
+            };
+            // Cancel-safe: dropping here only deregisters this caller's waker.
+            return flight.wait().await.map(|live| Session { live });
+        }
+    }
+
+    /// Takes capacity for a flight this caller leads and returns its establishment for the
+    /// caller to drive, or ends the flight with the reason it cannot start (`None`).
+    fn lead(
+        &self,
+        key: Hashed<'_, str>,
+        owned: Arc<str>,
+        ctx: &SessionContext,
+        flight: &Arc<Flight<Outcome<C>>>,
+    ) -> Option<Drive<C>> {
+        let shared = &self.shared;
+        let refuse = |error: SessionError| {
+            shared.registry.abandon(key, flight);
+            flight.complete(Err(error));
+        };
+        let permit = match shared.limit.try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(TryAcquireError::NoCapacity) => {
+                bump(&shared.counters.exhausted);
+                refuse(SessionError::Exhausted {
+                    capacity: shared.limit.capacity(),
+                });
+                return None;
+            }
+            Err(TryAcquireError::Closed | TryAcquireError::Unavailable { .. }) => {
+                refuse(SessionError::Closed);
+                return None;
+            }
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(permit);
+            refuse(SessionError::NoRuntime);
+            return None;
+        };
+        shared.counters.establishing.incr();
+        let lead = Lead {
+            shared: Arc::clone(shared),
+            key: owned,
+            hash: key.hash(),
+            flight: Arc::clone(flight),
+            permit: Some(permit),
+            reach: Reach::NotSent,
+            finished: false,
+        };
+        // The establishment owns the permit and the flight's completion: it finishes (and
+        // cleans up) whatever happens to the caller.
+        Some(Drive {
+            establishment: Some(Box::pin(lead.run(ctx.clone()))),
+            runtime,
+        })
+    }
+
+    /// Retires `session`'s connection (reader aborted, connection closed, capacity returned)
+    /// and forgets it, so the next acquire establishes it again. A session still being
+    /// established is removed too: its connection is closed when establishment ends, and its
+    /// waiters get [`SessionError::Released`]. Returns whether the session was there.
+    pub fn release(&self, session: &str) -> bool {
+        let shared = &self.shared;
+        let key = shared.registry.hashed(session);
+        match shared.registry.get(key) {
+            None => return false,
+            Some(Entry::Ready(live)) => {
+                // Retire first, then remove: the capacity is back before the entry leaves
+                // the map. Whoever won the stamp frees it; an acquire that saw `Retired`
+                // may have removed the entry already, which is fine.
+                live.retire();
+                shared.registry.remove_if(
+                    key,
+                    |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
+                );
+            }
+            Some(Entry::Flying(flight)) => {
+                // Its leader finds its entry gone, closes what it built and fails the flight.
+                shared.registry.remove_if(
+                    key,
+                    |entry| matches!(entry, Entry::Flying(f) if Arc::ptr_eq(f, &flight)),
+                );
+            }
+        }
+        bump(&shared.counters.released);
+        true
+    }
+
+    /// The same as [`SessionPool::release`], as in R3: the session's connection is closed and
+    /// the next acquire establishes a new one (reattaching to the stored loop if the store
+    /// still has one; remove the record from the store to force a fresh bootstrap).
+    pub fn reset_session(&self, session: &str) -> bool {
+        self.release(session)
+    }
+
+    /// Stops the pool: every session and prewarmed connection is closed, establishments in
+    /// flight close theirs when they end (their callers get [`SessionError::Closed`]), the
+    /// reaper ends, and every later acquire gets [`SessionError::Closed`]. Idempotent.
+    pub fn stop(&self) {
+        let shared = &self.shared;
+        shared.limit.close();
+        if let Some(reaper) = &self.reaper {
+            reaper.abort();
+        }
+        for entry in shared.registry.close() {
+            if let Entry::Ready(live) = entry {
+                live.retire();
+            }
+        }
+        let idle = std::mem::take(&mut *shared.idle.lock());
+        for conn in idle {
+            shared.connector.close(&conn);
+        }
+    }
+
+    /// Whether [`SessionPool::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.registry.is_closed()
+    }
+
+    /// Retires every session idle past `max_idle_time` at `now` (from the pool's clock) and
+    /// returns how many. The background reaper calls this; tests call it with a mock clock.
+    pub fn reap(&self, now: quanta::Instant) -> usize {
+        self.shared.reap(now)
+    }
+
+    /// The pool's clock (to compute `now` for [`SessionPool::reap`]).
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+
+    /// Opens connections until `prewarm` of them wait unassigned; returns how many it opened.
+    ///
+    /// Cancel-safe: a connection whose connect completed is kept; dropping the future at a
+    /// connect drops that connect's future.
+    ///
+    /// # Errors
+    /// [`SessionError::Connect`] on the first failed connect (those opened before it are
+    /// kept), [`SessionError::Closed`] once stopped.
+    pub async fn prewarm(&self) -> Result<usize, SessionError> {
+        let shared = &self.shared;
+        let mut opened = 0;
+        while shared.idle.lock().len() < shared.prewarm {
+            if self.is_stopped() {
+                return Err(SessionError::Closed);
+            }
+            bump(&shared.counters.connects);
+            let conn = shared
+                .connector
+                .connect()
+                .await
+                .map_err(|error| SessionError::Connect {
+                    source: source(error),
+                    reach: Reach::NotSent,
+                })?;
+            opened += 1;
+            let mut idle = shared.idle.lock();
+            if self.is_stopped() || idle.len() >= shared.prewarm {
+                drop(idle);
+                shared.connector.close(&conn);
+            } else {
+                idle.push(conn);
+            }
+        }
+        Ok(opened)
+    }
+
+    /// A snapshot of the pool's state and counters.
+    pub fn stats(&self) -> SessionStats {
+        let shared = &self.shared;
+        let counters = &shared.counters;
+        SessionStats {
+            capacity: shared.limit.capacity(),
+            in_use: shared.limit.in_use(),
+            active: counters.active.get(),
+            establishing: counters.establishing.get(),
+            idle: shared.idle.lock().len(),
+            connects: counters.connects.get(),
+            bootstraps: counters.bootstraps.get(),
+            reattaches: counters.reattaches.get(),
+            failures: counters.failures.get(),
+            exhausted: counters.exhausted.get(),
+            released: counters.released.get(),
+            reaped: counters.reaped.get(),
+            rebuilt: counters.rebuilt.get(),
+        }
+    }
+}
+
+impl<C: Connector, S: SessionStore> Drop for SessionPool<C, S> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<C: Connector, S: SessionStore> fmt::Debug for SessionPool<C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionPool")
+            .field("stats", &self.stats())
+            .field("stopped", &self.is_stopped())
+            .finish()
+    }
+}
+
+impl<C: Connector, S> Shared<C, S> {
+    /// Nanoseconds from the base instant to `at`.
+    fn ns(&self, at: quanta::Instant) -> u64 {
+        duration_ns(at.saturating_duration_since(self.base))
+    }
+
+    /// The hot path's check of an installed connection: returns it if it is alive and fresh
+    /// (refreshing its stamp), otherwise retires it, removes it and returns `None`.
+    #[inline]
+    fn check(&self, key: Hashed<'_, str>, live: Arc<Live<C>>) -> Option<Session<C>> {
+        let now = self.ns(self.clock.now());
+        let alive = live.is_alive();
+        match live.stamp.touch(now, self.max_idle_ns) {
+            Touch::Fresh if alive => return Some(Session { live }),
+            Touch::Fresh => {
+                if live.retire() {
+                    bump(&self.counters.rebuilt);
+                }
+            }
+            Touch::Stale => {
+                // Loses to a concurrent touch (then the next lookup finds it fresh again).
+                if live.retire_if_idle(now, self.max_idle_ns) {
+                    bump(&self.counters.rebuilt);
+                }
+            }
+            Touch::Retired => {}
+        }
+        if live.stamp.is_retired() {
+            self.registry.remove_if(
+                key,
+                |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
+            );
+        }
+        None
+    }
+
+    fn reap(&self, now: quanta::Instant) -> usize {
+        let now = self.ns(now);
+        let mut reaped = 0;
+        for (key, live) in self.registry.ready() {
+            let retired_here = live.retire_if_idle(now, self.max_idle_ns);
+            if retired_here || live.stamp.is_retired() {
+                self.registry.remove_if(
+                    self.registry.hashed(&*key),
+                    |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
+                );
+            }
+            if retired_here {
+                reaped += 1;
+            }
+        }
+        self.counters.reaped.add(reaped as u64);
+        reaped
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Starting event readers
+// ---------------------------------------------------------------------------------------
+
+impl<C: Connector, S: Send + Sync + 'static> Shared<C, S> {
+    /// Queues a just-installed session for its event reader and makes sure a [`Starter`] is
+    /// scheduled (on the current runtime: establishments always run inside one).
+    fn queue_reader(self: &Arc<Self>, live: &Arc<Live<C>>) {
+        if self.unstarted.push(Arc::downgrade(live)) {
+            let starter = Starter {
+                shared: Arc::downgrade(self),
+                ran: false,
+            };
+            drop(tokio::spawn(async move { starter.run() }));
+        }
+    }
+
+    /// Starts the reader of every queued session that is still live.
+    fn start_readers(&self) {
+        for live in self.unstarted.take() {
+            if let Some(live) = live.upgrade() {
+                live.start_reader();
+            }
+        }
+    }
+}
+
+/// A one-shot task that starts the event readers of the sessions installed since it was
+/// scheduled. One starter serves a whole batch, so a session released before the runtime got
+/// round to it costs no task at all, and a loop of establishments spawns one task per batch
+/// rather than one per session. Holds no strong reference to the pool.
+struct Starter<C: Connector, S> {
+    shared: Weak<Shared<C, S>>,
+    ran: bool,
+}
+
+impl<C: Connector, S: Send + Sync + 'static> Starter<C, S> {
+    fn run(mut self) {
+        self.ran = true;
+        if let Some(shared) = self.shared.upgrade() {
+            shared.start_readers();
+        }
+    }
+}
+
+impl<C: Connector, S> Drop for Starter<C, S> {
+    fn drop(&mut self) {
+        if !self.ran {
+            // Dropped unrun (its runtime shut down): let the next install schedule another.
+            if let Some(shared) = self.shared.upgrade() {
+                shared.unstarted.unschedule();
+            }
+        }
+    }
+}
