@@ -79,7 +79,8 @@
 //! [`Keyed::admit`] is the admission alone, for callers that run their work elsewhere; it is
 //! also what the benchmarks measure against R2's admission.
 //!
-//! This module owns the key tables and the per-key counters; the permit protocol is
+//! This module owns admission and the per-key counters; `route.rs` the key tables and their
+//! hasher, `builder.rs` the configuration, `error.rs` the errors. The permit protocol is
 //! [`crate::limit`]'s, and the wait queue is [`crate::gate`]'s.
 //!
 //! # Example
@@ -115,14 +116,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::Hash;
 use std::time::Duration;
 
-use crate::error::{ConfigError, Reach};
+use crate::error::Reach;
 use crate::limit::{Limit, OwnedPermit};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Published};
+use crate::sync::{Arc, Mutex, Ordering, Published};
 
 /// The share a family gets unless overridden (R2's `MAX_FAMILY_BLOCKING_SLOTS`).
 ///
@@ -134,129 +134,20 @@ pub const DEFAULT_SHARE: usize = 8;
 /// tokio's default for `runtime::Builder::max_blocking_threads`, and the default bound here.
 pub const TOKIO_DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
 
+mod builder;
+mod error;
+mod route;
+
+pub use builder::KeyedBuilder;
+pub use error::{KeyedConfigError, KeyedError};
+pub use route::KeyHasher;
+use route::{First, Route, Table};
+
 /// What a key type must provide: compared and hashed on every call, cloned only into errors,
 /// statistics and registrations, printed (`Debug`) in logs and errors.
 pub trait Key: Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static {}
 
 impl<T: Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static> Key for T {}
-
-/// Why a keyed call did not return the closure's value. Every variant names the **caller's**
-/// key (not the share it is aliased to) and says, through [`Reach`], whether a retry is safe.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyedError<K: fmt::Debug> {
-    /// No slot of the key's share freed within the wait bound. The closure never ran.
-    #[error("{key:?}: refused, no blocking slot freed within {waited:?} (not run; {reach})")]
-    Refused {
-        /// The caller's key.
-        key: K,
-        /// The wait bound the call was given.
-        waited: Duration,
-        /// Always [`Reach::NotSent`].
-        reach: Reach,
-    },
-    /// The registry was closed ([`Keyed::close`]) before a slot was found. The closure never
-    /// ran.
-    #[error("{key:?}: keyed admission closed (not run; {reach})")]
-    Closed {
-        /// The caller's key.
-        key: K,
-        /// Always [`Reach::NotSent`].
-        reach: Reach,
-    },
-    /// The key is neither a share nor an alias. The closure never ran.
-    #[error("{key:?}: key not registered (not run; {reach})")]
-    Unregistered {
-        /// The caller's key.
-        key: K,
-        /// Always [`Reach::NotSent`].
-        reach: Reach,
-    },
-    /// The closure panicked. Its slot was released during the unwind.
-    #[error("{key:?}: blocking work panicked ({reach})")]
-    Panicked {
-        /// The caller's key.
-        key: K,
-        /// [`Reach::MaybeApplied`] for a mutation, [`Reach::NotSent`] for a read.
-        reach: Reach,
-    },
-    /// The blocking task's outcome was lost (the runtime cancelled it, e.g. while shutting
-    /// down). Whether it ran is unknown, so a mutation is treated as possibly applied.
-    #[error("{key:?}: outcome of blocking work lost ({reach})")]
-    Lost {
-        /// The caller's key.
-        key: K,
-        /// [`Reach::MaybeApplied`] for a mutation, [`Reach::NotSent`] for a read.
-        reach: Reach,
-    },
-}
-
-impl<K: fmt::Debug> KeyedError<K> {
-    /// Whether the work can have had an effect, which decides whether a retry is safe.
-    pub fn reach(&self) -> Reach {
-        match self {
-            KeyedError::Refused { reach, .. }
-            | KeyedError::Closed { reach, .. }
-            | KeyedError::Unregistered { reach, .. }
-            | KeyedError::Panicked { reach, .. }
-            | KeyedError::Lost { reach, .. } => *reach,
-        }
-    }
-
-    /// The caller's key (never the share key it is aliased to).
-    pub fn key(&self) -> &K {
-        match self {
-            KeyedError::Refused { key, .. }
-            | KeyedError::Closed { key, .. }
-            | KeyedError::Unregistered { key, .. }
-            | KeyedError::Panicked { key, .. }
-            | KeyedError::Lost { key, .. } => key,
-        }
-    }
-}
-
-/// A keyed configuration that cannot work. Returned by [`KeyedBuilder::build`],
-/// [`Keyed::register`] and [`Keyed::register_alias`], never a panic.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyedConfigError<K: fmt::Debug> {
-    /// A global setting is invalid (zero default share, zero thread limit).
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// One key's share is invalid (zero, or above [`crate::limit::MAX_PERMITS`]).
-    #[error("share of {key:?}: {error}")]
-    InvalidShare {
-        /// The share key.
-        key: K,
-        /// What is wrong with its size.
-        error: ConfigError,
-    },
-    /// The shares together with the reserved threads exceed the blocking pool.
-    #[error(
-        "shares total {shares} plus {reserved} reserved threads exceed the blocking pool's \
-         {max_blocking_threads} threads"
-    )]
-    DoesNotFit {
-        /// Sum of all distinct shares, saturating.
-        shares: usize,
-        /// Threads reserved for other blocking work.
-        reserved: usize,
-        /// The blocking pool's thread limit.
-        max_blocking_threads: usize,
-    },
-    /// An alias names a share key that is not registered as a share.
-    #[error("alias {alias:?} names {share:?}, which is not a registered share")]
-    UnknownShare {
-        /// The aliased caller key.
-        alias: K,
-        /// The share key it names.
-        share: K,
-    },
-    /// The key is registered already (as a share or an alias).
-    #[error("{key:?} is registered already")]
-    Duplicate {
-        /// The key given twice.
-        key: K,
-    },
-}
 
 /// A point-in-time view of one caller key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,219 +182,6 @@ impl Effect {
     }
 }
 
-/// One caller key's route to its share.
-struct Route<K> {
-    /// The share key this caller key draws from.
-    share: K,
-    /// The share's limiter. INVARIANT: every route whose `share` is equal holds the same
-    /// `Arc` (aliases are resolved to the share's own route at registration), so aliased keys
-    /// draw from one budget.
-    limit: Arc<Limit>,
-    /// Refusals of this caller key. Written only on the refusal path.
-    refusals: AtomicU64,
-    #[cfg(feature = "metrics")]
-    metrics: metrics_export::RouteMetrics,
-}
-
-/// One table of routes: the fixed one (never written after build) or the published one
-/// (immutable once published; writers publish a modified copy).
-struct Table<K> {
-    /// Caller key → route. INVARIANT: a key that is a share maps to a route whose `share`
-    /// is the key itself; an alias maps to a route sharing that share route's `limit`. No key
-    /// is in both the fixed and the published table.
-    routes: HashMap<K, Arc<Route<K>>, KeyHash>,
-    /// Caller keys in registration order (shares of the builder first), for stable stats.
-    order: Vec<K>,
-    /// Distinct share keys with their capacities, in registration order.
-    /// INVARIANT: the sum over both tables `+ reserved <= max_blocking_threads`.
-    shares: Vec<(K, usize)>,
-}
-
-/// Builds [`KeyHasher`]s for the route tables.
-type KeyHash = BuildHasherDefault<KeyHasher>;
-
-/// The route tables' hasher: each word is added to the state, which is then multiplied by an
-/// odd constant (FxHash's family, as in `rustc-hash`); `finish` rotates so the well-mixed high
-/// bits reach the low bits the table indexes with. Fast, and deliberately not keyed: see the
-/// [module documentation](self) for why chosen collisions cannot hurt here.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct KeyHasher {
-    hash: u64,
-}
-
-impl KeyHasher {
-    /// An odd constant with well-spread bits (`rustc-hash`'s).
-    const K: u64 = 0xf135_7aea_2e62_a9c5;
-
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = self.hash.wrapping_add(word).wrapping_mul(Self::K);
-    }
-}
-
-impl Hasher for KeyHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        let len = rest.len();
-        // The tail (1 to 7 bytes) in one word without a variable-length copy: two overlapping
-        // 4-byte reads, or first / middle / last byte (as `rustc-hash` does).
-        let word = match rest {
-            [] => return,
-            [a, b, c, d, ..] => {
-                let [w, x, y, z] = [rest[len - 4], rest[len - 3], rest[len - 2], rest[len - 1]];
-                u64::from(u32::from_le_bytes([*a, *b, *c, *d]))
-                    | (u64::from(u32::from_le_bytes([w, x, y, z])) << 32)
-            }
-            _ => {
-                u64::from(rest[0])
-                    | (u64::from(rest[len / 2]) << 8)
-                    | (u64::from(rest[len - 1]) << 16)
-            }
-        };
-        // The length goes in the top byte, so tails that read alike (overlaps) still differ.
-        self.add(word ^ ((len as u64) << 56));
-    }
-
-    #[inline]
-    fn write_u8(&mut self, value: u8) {
-        self.add(u64::from(value));
-    }
-
-    #[inline]
-    fn write_u16(&mut self, value: u16) {
-        self.add(u64::from(value));
-    }
-
-    #[inline]
-    fn write_u32(&mut self, value: u32) {
-        self.add(u64::from(value));
-    }
-
-    #[inline]
-    fn write_u64(&mut self, value: u64) {
-        self.add(value);
-    }
-
-    #[inline]
-    fn write_usize(&mut self, value: usize) {
-        self.add(value as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash.rotate_left(26)
-    }
-}
-
-impl<K: Key> Table<K> {
-    fn empty() -> Self {
-        Self {
-            routes: HashMap::default(),
-            order: Vec::new(),
-            shares: Vec::new(),
-        }
-    }
-
-    fn total(&self) -> usize {
-        self.shares
-            .iter()
-            .fold(0usize, |sum, (_, capacity)| sum.saturating_add(*capacity))
-    }
-
-    /// A route of this table or, failing that, of `base` (the fixed table, for additions to
-    /// the published one).
-    fn find<'t>(&'t self, base: Option<&'t Table<K>>, key: &K) -> Option<&'t Arc<Route<K>>> {
-        self.routes
-            .get(key)
-            .or_else(|| base.and_then(|base| base.routes.get(key)))
-    }
-
-    /// Adds a share key with its own limiter. Checks duplicates (here and in `base`) and the
-    /// share's size only; the caller checks the fit once all additions are made.
-    fn add_share(
-        &mut self,
-        base: Option<&Table<K>>,
-        key: K,
-        capacity: usize,
-    ) -> Result<(), KeyedConfigError<K>> {
-        if self.find(base, &key).is_some() {
-            return Err(KeyedConfigError::Duplicate { key });
-        }
-        let limit = match Limit::new(capacity) {
-            Ok(limit) => Arc::new(limit),
-            Err(error) => return Err(KeyedConfigError::InvalidShare { key, error }),
-        };
-        let route = Route::new(&key, key.clone(), limit);
-        self.routes.insert(key.clone(), Arc::new(route));
-        self.order.push(key.clone());
-        self.shares.push((key, capacity));
-        Ok(())
-    }
-
-    /// Adds `alias`, drawing from the share registered as `share` (here or in `base`).
-    fn add_alias(
-        &mut self,
-        base: Option<&Table<K>>,
-        alias: K,
-        share: K,
-    ) -> Result<(), KeyedConfigError<K>> {
-        if self.find(base, &alias).is_some() {
-            return Err(KeyedConfigError::Duplicate { key: alias });
-        }
-        let limit = match self.find(base, &share) {
-            Some(target) if target.share == share => Arc::clone(&target.limit),
-            _ => return Err(KeyedConfigError::UnknownShare { alias, share }),
-        };
-        let route = Route::new(&alias, share, limit);
-        self.routes.insert(alias.clone(), Arc::new(route));
-        self.order.push(alias);
-        Ok(())
-    }
-}
-
-impl<K: Key> Route<K> {
-    fn new(key: &K, share: K, limit: Arc<Limit>) -> Self {
-        #[cfg(feature = "metrics")]
-        let metrics = metrics_export::RouteMetrics::new(key, &share);
-        #[cfg(not(feature = "metrics"))]
-        let _ = key;
-        Self {
-            share,
-            limit,
-            refusals: AtomicU64::new(0),
-            #[cfg(feature = "metrics")]
-            metrics,
-        }
-    }
-
-    fn stats(&self, key: &K) -> KeyStats<K> {
-        KeyStats {
-            key: key.clone(),
-            share: self.share.clone(),
-            in_use: self.limit.in_use(),
-            capacity: self.limit.capacity(),
-            waiting: self.limit.waiting(),
-            refusals: self.refusals.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// The outcome of the lock-free first attempt, decided while the table is borrowed.
-enum First<K> {
-    Admitted(Admission),
-    /// The share is full: wait on this route's limiter.
-    Wait(Arc<Route<K>>),
-    Closed,
-    Unregistered,
-}
-
 /// A registry of per-key shares of tokio's blocking pool. Build one with [`Keyed::builder`].
 ///
 /// See the [module documentation](self) for the algorithm and the failure model.
@@ -529,13 +207,7 @@ impl<K: Key> Keyed<K> {
     /// Starts a configuration: default share [`DEFAULT_SHARE`], thread limit
     /// [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`], no reserved threads, no keys.
     pub fn builder() -> KeyedBuilder<K> {
-        KeyedBuilder {
-            default_share: DEFAULT_SHARE,
-            max_blocking_threads: TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
-            reserved_threads: 0,
-            shares: Vec::new(),
-            aliases: Vec::new(),
-        }
+        KeyedBuilder::new()
     }
 
     /// Runs a **mutation** on the blocking pool within `key`'s share.
@@ -995,94 +667,6 @@ impl fmt::Debug for Admission {
     }
 }
 
-/// Builder of a [`Keyed`] registry; see [`Keyed::builder`].
-#[derive(Debug, Clone)]
-pub struct KeyedBuilder<K> {
-    default_share: usize,
-    max_blocking_threads: usize,
-    reserved_threads: usize,
-    /// Share keys with an explicit size, or `None` for the default share.
-    shares: Vec<(K, Option<usize>)>,
-    /// (caller key, share key).
-    aliases: Vec<(K, K)>,
-}
-
-impl<K: Key> KeyedBuilder<K> {
-    /// The share of keys registered without a size (default [`DEFAULT_SHARE`]).
-    pub fn default_share(mut self, slots: usize) -> Self {
-        self.default_share = slots;
-        self
-    }
-
-    /// Registers `key` as a share with the default size.
-    pub fn family(mut self, key: K) -> Self {
-        self.shares.push((key, None));
-        self
-    }
-
-    /// Registers `key` as a share with `slots` slots (a per-key override).
-    pub fn share(mut self, key: K, slots: usize) -> Self {
-        self.shares.push((key, Some(slots)));
-        self
-    }
-
-    /// Makes `alias` draw from the share registered as `share`. Refusals, logs, statistics and
-    /// metrics of calls made with `alias` still name `alias`.
-    pub fn alias(mut self, alias: K, share: K) -> Self {
-        self.aliases.push((alias, share));
-        self
-    }
-
-    /// The blocking pool's thread limit the shares must fit (default
-    /// [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`]); pass what the runtime was built with.
-    pub fn max_blocking_threads(mut self, threads: usize) -> Self {
-        self.max_blocking_threads = threads;
-        self
-    }
-
-    /// Threads kept free for other blocking work (`tokio::fs`, DNS, ...); default 0.
-    pub fn reserved_threads(mut self, threads: usize) -> Self {
-        self.reserved_threads = threads;
-        self
-    }
-
-    /// Validates the configuration and builds the registry.
-    ///
-    /// # Errors
-    /// [`KeyedConfigError::Config`] for a zero default share or thread limit;
-    /// [`KeyedConfigError::InvalidShare`], [`KeyedConfigError::Duplicate`],
-    /// [`KeyedConfigError::UnknownShare`] for a bad key; [`KeyedConfigError::DoesNotFit`] when
-    /// the shares plus the reserved threads exceed the thread limit.
-    pub fn build(self) -> Result<Keyed<K>, KeyedConfigError<K>> {
-        if self.default_share == 0 {
-            return Err(ConfigError::Zero("default_share").into());
-        }
-        if self.max_blocking_threads == 0 {
-            return Err(ConfigError::Zero("max_blocking_threads").into());
-        }
-        let mut table = Table::empty();
-        for (key, slots) in self.shares {
-            table.add_share(None, key, slots.unwrap_or(self.default_share))?;
-        }
-        for (alias, share) in self.aliases {
-            table.add_alias(None, alias, share)?;
-        }
-        check_fit(
-            table.total(),
-            self.reserved_threads,
-            self.max_blocking_threads,
-        )?;
-        Ok(Keyed {
-            fixed: table,
-            added: Published::new(Table::empty()),
-            writer: Mutex::new(false),
-            default_share: self.default_share,
-            max_blocking_threads: self.max_blocking_threads,
-            reserved_threads: self.reserved_threads,
-        })
-    }
-}
-
 /// Export through the `metrics` facade: per caller key, a gauge of its calls holding a slot
 /// now and a counter of its refusals, both labelled with the key and its share.
 #[cfg(feature = "metrics")]
@@ -1118,36 +702,5 @@ mod metrics_export {
             Some(inner) => inner.to_string(),
             None => text,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashSet;
-    use std::hash::BuildHasher;
-
-    use super::KeyHash;
-
-    /// Every tail length takes its own branch; keys that differ anywhere (and prefixes of one
-    /// another) hash apart, equal keys alike.
-    #[test]
-    fn key_hasher_separates_short_and_long_keys() {
-        let build = KeyHash::default();
-        let text = "journal.append/replay:catch-up";
-        let mut keys: Vec<String> = (0..=text.len()).map(|n| text[..n].to_string()).collect();
-        keys.extend(
-            [
-                "jOurnal", "journaL", "ledger", "regdel", "ab", "ba", "abc", "acb",
-            ]
-            .map(String::from),
-        );
-        let hashes: HashSet<u64> = keys.iter().map(|k| build.hash_one(k)).collect();
-        assert_eq!(hashes.len(), keys.len());
-        assert_eq!(
-            build.hash_one("journal"),
-            build.hash_one(String::from("journal"))
-        );
-        assert_eq!(build.hash_one(7_u32), build.hash_one(7_u32));
-        assert_ne!(build.hash_one(7_u32), build.hash_one(8_u32));
     }
 }

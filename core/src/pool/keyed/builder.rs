@@ -1,0 +1,108 @@
+//! [`KeyedBuilder`]: the families, shares and aliases of a [`Keyed`] registry, checked against
+//! the blocking pool's size by [`KeyedBuilder::build`].
+
+use super::{
+    check_fit, Key, Keyed, KeyedConfigError, Table, DEFAULT_SHARE,
+    TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
+};
+use crate::error::ConfigError;
+use crate::sync::{Mutex, Published};
+
+/// Builder of a [`Keyed`] registry; see [`Keyed::builder`].
+#[derive(Debug, Clone)]
+pub struct KeyedBuilder<K> {
+    default_share: usize,
+    max_blocking_threads: usize,
+    reserved_threads: usize,
+    /// Share keys with an explicit size, or `None` for the default share.
+    shares: Vec<(K, Option<usize>)>,
+    /// (caller key, share key).
+    aliases: Vec<(K, K)>,
+}
+
+impl<K: Key> KeyedBuilder<K> {
+    /// The defaults; see [`Keyed::builder`].
+    pub(super) fn new() -> Self {
+        KeyedBuilder {
+            default_share: DEFAULT_SHARE,
+            max_blocking_threads: TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
+            reserved_threads: 0,
+            shares: Vec::new(),
+            aliases: Vec::new(),
+        }
+    }
+
+    /// The share of keys registered without a size (default [`DEFAULT_SHARE`]).
+    pub fn default_share(mut self, slots: usize) -> Self {
+        self.default_share = slots;
+        self
+    }
+
+    /// Registers `key` as a share with the default size.
+    pub fn family(mut self, key: K) -> Self {
+        self.shares.push((key, None));
+        self
+    }
+
+    /// Registers `key` as a share with `slots` slots (a per-key override).
+    pub fn share(mut self, key: K, slots: usize) -> Self {
+        self.shares.push((key, Some(slots)));
+        self
+    }
+
+    /// Makes `alias` draw from the share registered as `share`. Refusals, logs, statistics and
+    /// metrics of calls made with `alias` still name `alias`.
+    pub fn alias(mut self, alias: K, share: K) -> Self {
+        self.aliases.push((alias, share));
+        self
+    }
+
+    /// The blocking pool's thread limit the shares must fit (default
+    /// [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`]); pass what the runtime was built with.
+    pub fn max_blocking_threads(mut self, threads: usize) -> Self {
+        self.max_blocking_threads = threads;
+        self
+    }
+
+    /// Threads kept free for other blocking work (`tokio::fs`, DNS, ...); default 0.
+    pub fn reserved_threads(mut self, threads: usize) -> Self {
+        self.reserved_threads = threads;
+        self
+    }
+
+    /// Validates the configuration and builds the registry.
+    ///
+    /// # Errors
+    /// [`KeyedConfigError::Config`] for a zero default share or thread limit;
+    /// [`KeyedConfigError::InvalidShare`], [`KeyedConfigError::Duplicate`],
+    /// [`KeyedConfigError::UnknownShare`] for a bad key; [`KeyedConfigError::DoesNotFit`] when
+    /// the shares plus the reserved threads exceed the thread limit.
+    pub fn build(self) -> Result<Keyed<K>, KeyedConfigError<K>> {
+        if self.default_share == 0 {
+            return Err(ConfigError::Zero("default_share").into());
+        }
+        if self.max_blocking_threads == 0 {
+            return Err(ConfigError::Zero("max_blocking_threads").into());
+        }
+        let mut table = Table::empty();
+        for (key, slots) in self.shares {
+            table.add_share(None, key, slots.unwrap_or(self.default_share))?;
+        }
+        for (alias, share) in self.aliases {
+            table.add_alias(None, alias, share)?;
+        }
+        check_fit(
+            table.total(),
+            self.reserved_threads,
+            self.max_blocking_threads,
+        )?;
+        Ok(Keyed {
+            fixed: table,
+            added: Published::new(Table::empty()),
+            writer: Mutex::new(false),
+            default_share: self.default_share,
+            max_blocking_threads: self.max_blocking_threads,
+            reserved_threads: self.reserved_threads,
+        })
+    }
+}
