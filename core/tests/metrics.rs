@@ -14,7 +14,7 @@ use slotpool::session::SessionStats;
 use slotpool::stream::StreamPool;
 
 use capture::Capture;
-use common::{Req, Script};
+use common::stream::{Req, Script};
 
 struct Lazy;
 

@@ -50,7 +50,7 @@ fn allocations_during(f: impl FnOnce()) -> u64 {
 
 #[tokio::test(flavor = "current_thread")]
 async fn stream_pool_acquire_and_release_allocate_nothing() {
-    let (script, _) = common::Script::echo();
+    let (script, _) = common::stream::Script::echo();
     let pool = StreamPool::builder(script.connector())
         .max_streams(4)
         .max_queue_depth(8)

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{settle, Req, Resp, Script};
+use common::stream::{settle, Req, Resp, Script};
 use slotpool::stream::{RequestError, StreamPool};
 use slotpool::{AcquireError, ConfigError, Reach, TryAcquireError};
 
