@@ -11,10 +11,9 @@ use slotpool::channel::{ChannelConnector, ChannelPool};
 use slotpool::client::ClientStats;
 use slotpool::metrics::{spawn_exporter, Export};
 use slotpool::session::SessionStats;
-use slotpool::stream::StreamPool;
 
 use capture::Capture;
-use common::stream::{Req, Script};
+use common::stream::{round_trip, Script};
 
 struct Lazy;
 
@@ -28,14 +27,9 @@ impl ChannelConnector for Lazy {
 #[tokio::test]
 async fn stream_pool_stats_become_gauges_and_counters() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(4)
-        .build()
-        .unwrap();
+    let pool = script.pool(2, 4);
     for body in 0..3 {
-        let guard = pool.acquire().await.unwrap();
-        guard.send(Req::new(body)).await.unwrap();
+        round_trip(&pool, body).await;
     }
     let held = pool.acquire().await.unwrap();
     let capture = Capture::default();

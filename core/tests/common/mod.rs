@@ -1,5 +1,110 @@
-//! Helpers shared by the behaviour tests. Each `tests/*.rs` file is its own crate and uses
-//! only part of this module, hence the `dead_code` allowance.
+//! Helpers shared by the behaviour tests: polling and yielding without timing anything, task
+//! plumbing, a mock clock, and typed build errors. The per-pool fakes and fixtures live in the
+//! submodules. Each `tests/*.rs` file is its own crate and uses only part of this module, hence
+//! the `dead_code` allowance.
 #![allow(dead_code)]
 
 pub mod stream;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+/// Polls `fut` once with a waker that does nothing.
+pub fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(std::task::Waker::noop()))
+}
+
+/// Yields to the runtime until `done` holds (bounded by iterations, never by time).
+pub async fn settle(done: impl FnMut() -> bool) {
+    settle_until("condition never held", done).await;
+}
+
+/// [`settle`], failing the test with `what` if `done` never holds.
+pub async fn settle_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{what}");
+}
+
+/// Lets every spawned task run up to its next await (on a current-thread runtime: until it
+/// blocks, registers as a waiter or reaches a timer).
+pub async fn run_spawned() {
+    yield_times(16).await;
+}
+
+/// Yields to the runtime `n` times.
+pub async fn yield_times(n: usize) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Spawns `task` on its own clone of `shared`.
+pub fn spawn_with<T, F, Fut>(shared: &Arc<T>, task: F) -> JoinHandle<Fut::Output>
+where
+    F: FnOnce(Arc<T>) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    tokio::spawn(task(Arc::clone(shared)))
+}
+
+/// Awaits every task in order; a task that panicked fails the test.
+pub async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("task did not panic"));
+    }
+    out
+}
+
+/// A mock `quanta` clock for the pools, and the handle that moves it.
+#[derive(Clone)]
+pub struct MockTime {
+    clock: quanta::Clock,
+    mock: Arc<quanta::Mock>,
+}
+
+impl MockTime {
+    pub fn new() -> Self {
+        let (clock, mock) = quanta::Clock::mock();
+        Self { clock, mock }
+    }
+
+    /// The clock to give a pool builder.
+    pub fn clock(&self) -> quanta::Clock {
+        self.clock.clone()
+    }
+
+    pub fn now(&self) -> quanta::Instant {
+        self.clock.now()
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.mock.increment(by);
+    }
+}
+
+/// Pool builders set up to run on a [`MockTime`] with no background reaper: the test moves the
+/// clock and calls `reap` itself.
+pub trait ReapByHand {
+    fn reaped_by_hand(self, time: &MockTime) -> Self;
+}
+
+/// The error a build returned (pools are not `Debug`, so `unwrap_err` is not at hand); a build
+/// that succeeded fails the test.
+pub fn build_error<T, E>(built: Result<T, E>) -> E {
+    match built {
+        Ok(_) => panic!("the build succeeded"),
+        Err(error) => error,
+    }
+}

@@ -9,8 +9,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use slotpool::stream::{Connector, Outbound, StreamRequest, StreamResponse};
+use slotpool::stream::{
+    Connector, Outbound, StreamGuard, StreamPool, StreamPoolBuilder, StreamRequest, StreamResponse,
+};
 use tokio::sync::{mpsc, Semaphore};
+
+use super::{MockTime, ReapByHand};
+
+/// A pool over the scripted connector.
+pub type Pool = StreamPool<TestConnector>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Req {
@@ -53,6 +60,25 @@ impl StreamResponse for Resp {
 #[error("test transport error: {0}")]
 pub struct TestError(pub &'static str);
 
+impl ReapByHand for StreamPoolBuilder<TestConnector> {
+    fn reaped_by_hand(self, time: &MockTime) -> Self {
+        self.reap_interval(None).clock(time.clock())
+    }
+}
+
+/// Sends `body` through `guard` and asserts the echo answers with it.
+pub async fn assert_echoed(guard: StreamGuard<'_, TestConnector>, body: u32) {
+    match guard.send(Req::new(body)).await {
+        Ok(response) => assert_eq!(response.body, body),
+        Err(error) => panic!("the echo did not answer {body}: {error:?}"),
+    }
+}
+
+/// Acquires, sends `body` and asserts the echo answers with it.
+pub async fn round_trip(pool: &Pool, body: u32) {
+    assert_echoed(pool.acquire().await.expect("acquired"), body).await;
+}
+
 /// The server's end of one stream.
 pub struct ServerStream {
     pub requests: Outbound<Req>,
@@ -89,7 +115,7 @@ pub struct Script {
     fail_next: Arc<AtomicUsize>,
     /// When set, each connect waits for one permit.
     hold: Option<Arc<Semaphore>>,
-    pub connects: Arc<AtomicUsize>,
+    connects: Arc<AtomicUsize>,
     streams: mpsc::UnboundedSender<ServerStream>,
 }
 
@@ -134,6 +160,37 @@ impl Script {
     pub fn connector(&self) -> TestConnector {
         TestConnector(self.clone())
     }
+
+    /// Connects attempted so far (failed ones included, held ones once they proceed).
+    pub fn connects(&self) -> usize {
+        self.connects.load(Ordering::SeqCst)
+    }
+
+    /// A builder over this script with every setting at its default.
+    pub fn builder(&self) -> StreamPoolBuilder<TestConnector> {
+        StreamPool::builder(self.connector())
+    }
+
+    /// A builder for at most `max_streams` streams (`None`: unbounded) of `depth` requests
+    /// each, other settings at their defaults.
+    pub fn sized(
+        &self,
+        max_streams: impl Into<Option<usize>>,
+        depth: usize,
+    ) -> StreamPoolBuilder<TestConnector> {
+        let builder = match max_streams.into() {
+            Some(max) => self.builder().max_streams(max),
+            None => self.builder(),
+        };
+        builder.max_queue_depth(depth)
+    }
+
+    /// The pool [`Script::sized`] describes.
+    pub fn pool(&self, max_streams: impl Into<Option<usize>>, depth: usize) -> Pool {
+        self.sized(max_streams, depth)
+            .build()
+            .expect("valid configuration")
+    }
 }
 
 impl Connector for TestConnector {
@@ -174,15 +231,4 @@ impl Connector for TestConnector {
         }
         Ok(Inbound(rx))
     }
-}
-
-/// Yields to the runtime until `done` holds (bounded by iterations, never by time).
-pub async fn settle(mut done: impl FnMut() -> bool) {
-    for _ in 0..10_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("condition never held");
 }
