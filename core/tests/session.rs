@@ -3,287 +3,18 @@
 //! opens, time is `quanta::Clock::mock()`, and "let the spawned work finish" is a bounded
 //! number of `yield_now`s on a current-thread runtime.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::session::{
-    Connector, LoopId, MemoryStore, Origin, SessionContext, SessionError, SessionPool,
-    SessionRecord, SessionStore, StoreOp,
+use common::session::{
+    assert_balanced, ctx, held_pool, pool, seeded, settle, ArcStore, Fake, Flaky, FlakyStore,
 };
+use common::{join_all, run_spawned};
+use slotpool::session::{MemoryStore, Origin, SessionContext, SessionError, SessionPool, StoreOp};
 use slotpool::{ConfigError, Reach};
-use tokio::sync::{mpsc, Notify, Semaphore};
-
-// ----------------------------------------------------------------------------------------
-// Fakes
-// ----------------------------------------------------------------------------------------
-
-#[derive(Debug, thiserror::Error)]
-#[error("fake failure: {0}")]
-struct FakeError(&'static str);
-
-/// One fake connection: can be killed, fed events, and detects a double close.
-#[derive(Debug)]
-struct ConnState {
-    id: u64,
-    alive: AtomicBool,
-    closed: AtomicBool,
-    events_in: Mutex<Option<mpsc::UnboundedSender<String>>>,
-    events_out: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
-}
-
-/// Permits for held bootstraps to proceed (none at first).
-struct Gate(Semaphore);
-
-impl Default for Gate {
-    fn default() -> Self {
-        Gate(Semaphore::new(0))
-    }
-}
-
-#[derive(Default)]
-struct Counts {
-    opened: AtomicU64,
-    closed: AtomicU64,
-    connect_calls: AtomicU64,
-    bootstrap_calls: AtomicU64,
-    reattach_calls: AtomicU64,
-    /// Upcoming calls that fail, per operation.
-    fail_connect: AtomicU64,
-    fail_bootstrap: AtomicU64,
-    fail_reattach: AtomicU64,
-    /// When set, bootstrap announces itself on `entered` and waits for a `proceed` permit.
-    hold_bootstrap: AtomicBool,
-    entered: Notify,
-    proceed: Gate,
-    next_loop: AtomicU64,
-    conns: Mutex<Vec<Arc<ConnState>>>,
-}
-
-impl Counts {
-    fn take_failure(counter: &AtomicU64) -> bool {
-        counter
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    }
-
-    fn opened(&self) -> u64 {
-        self.opened.load(Ordering::SeqCst)
-    }
-
-    fn closed(&self) -> u64 {
-        self.closed.load(Ordering::SeqCst)
-    }
-
-    fn conn(&self, id: u64) -> Arc<ConnState> {
-        let conns = self.conns.lock().unwrap();
-        conns
-            .iter()
-            .find(|c| c.id == id)
-            .cloned()
-            .expect("test asked for a connection it opened")
-    }
-}
-
-#[derive(Clone, Default)]
-struct Fake(Arc<Counts>);
-
-impl Connector for Fake {
-    type Conn = Arc<ConnState>;
-    type Event = String;
-    type Error = FakeError;
-
-    fn connect(&self) -> impl Future<Output = Result<Arc<ConnState>, FakeError>> + Send {
-        let counts = Arc::clone(&self.0);
-        async move {
-            counts.connect_calls.fetch_add(1, Ordering::SeqCst);
-            if Counts::take_failure(&counts.fail_connect) {
-                return Err(FakeError("connect"));
-            }
-            let id = counts.opened.fetch_add(1, Ordering::SeqCst);
-            let (tx, rx) = mpsc::unbounded_channel();
-            let conn = Arc::new(ConnState {
-                id,
-                alive: AtomicBool::new(true),
-                closed: AtomicBool::new(false),
-                events_in: Mutex::new(Some(tx)),
-                events_out: tokio::sync::Mutex::new(rx),
-            });
-            counts.conns.lock().unwrap().push(Arc::clone(&conn));
-            Ok(conn)
-        }
-    }
-
-    fn bootstrap(
-        &self,
-        _conn: &Arc<ConnState>,
-        session: &str,
-        _ctx: &SessionContext,
-    ) -> impl Future<Output = Result<LoopId, FakeError>> + Send {
-        let counts = Arc::clone(&self.0);
-        let session = session.to_string();
-        async move {
-            counts.bootstrap_calls.fetch_add(1, Ordering::SeqCst);
-            if counts.hold_bootstrap.load(Ordering::SeqCst) {
-                counts.entered.notify_one();
-                counts
-                    .proceed
-                    .0
-                    .acquire()
-                    .await
-                    .expect("never closed")
-                    .forget();
-            }
-            if Counts::take_failure(&counts.fail_bootstrap) {
-                return Err(FakeError("bootstrap"));
-            }
-            let n = counts.next_loop.fetch_add(1, Ordering::SeqCst);
-            Ok(LoopId::new(format!("loop-{session}-{n}")))
-        }
-    }
-
-    fn reattach(
-        &self,
-        _conn: &Arc<ConnState>,
-        _loop_id: &LoopId,
-    ) -> impl Future<Output = Result<(), FakeError>> + Send {
-        let counts = Arc::clone(&self.0);
-        async move {
-            counts.reattach_calls.fetch_add(1, Ordering::SeqCst);
-            if Counts::take_failure(&counts.fail_reattach) {
-                return Err(FakeError("reattach"));
-            }
-            Ok(())
-        }
-    }
-
-    fn is_alive(&self, conn: &Arc<ConnState>) -> bool {
-        conn.alive.load(Ordering::SeqCst)
-    }
-
-    fn next_event(&self, conn: &Arc<ConnState>) -> impl Future<Output = Option<String>> + Send {
-        let conn = Arc::clone(conn);
-        async move { conn.events_out.lock().await.recv().await }
-    }
-
-    fn close(&self, conn: &Arc<ConnState>) {
-        assert!(
-            !conn.closed.swap(true, Ordering::SeqCst),
-            "connection {} closed twice",
-            conn.id
-        );
-        self.0.closed.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A store that fails on demand, in front of a `MemoryStore`.
-#[derive(Default)]
-struct FlakyStore {
-    inner: MemoryStore,
-    fail_lookup: AtomicU64,
-    fail_save: AtomicU64,
-}
-
-/// The pool's handle on a shared `FlakyStore`.
-struct Flaky(Arc<FlakyStore>);
-
-impl SessionStore for Flaky {
-    type Error = FakeError;
-
-    fn loop_id(
-        &self,
-        session: &str,
-    ) -> impl Future<Output = Result<Option<LoopId>, FakeError>> + Send {
-        let result = if Counts::take_failure(&self.0.fail_lookup) {
-            Err(FakeError("lookup"))
-        } else {
-            Ok(self.0.inner.record(session).map(|r| r.loop_id))
-        };
-        std::future::ready(result)
-    }
-
-    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), FakeError>> + Send {
-        let result = if Counts::take_failure(&self.0.fail_save) {
-            Err(FakeError("save"))
-        } else {
-            self.0.inner.insert(record);
-            Ok(())
-        };
-        std::future::ready(result)
-    }
-
-    fn touch(&self, _session: &str) -> impl Future<Output = Result<(), FakeError>> + Send {
-        std::future::ready(Ok(()))
-    }
-}
-
-// ----------------------------------------------------------------------------------------
-// Helpers
-// ----------------------------------------------------------------------------------------
-
-fn ctx() -> SessionContext {
-    SessionContext::new("ws", "user")
-}
-
-/// A pool with a mock clock and no background reaper.
-fn pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>, Arc<quanta::Mock>) {
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let (clock, mock) = quanta::Clock::mock();
-    let pool = SessionPool::builder(fake)
-        .pool_size(size)
-        .max_idle_time(Duration::from_secs(10))
-        .clock(clock)
-        .reap_every(None)
-        .build()
-        .expect("valid configuration");
-    (pool, counts, mock)
-}
-
-/// Lets spawned tasks run until no establishment is in flight (current-thread runtime).
-async fn settle<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>) {
-    for _ in 0..10_000 {
-        if pool.stats().establishing == 0 {
-            // One more round so tasks woken by the last completion reach their end.
-            for _ in 0..8 {
-                tokio::task::yield_now().await;
-            }
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("establishments did not settle: {:?}", pool.stats());
-}
-
-/// Lets every spawned task run up to its next await.
-async fn run_spawned() {
-    for _ in 0..16 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// The accounting every test ends with: capacity held exactly by active sessions, and every
-/// connection opened is either closed or live.
-fn assert_balanced<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>, counts: &Counts) {
-    let stats = pool.stats();
-    assert_eq!(stats.establishing, 0, "{stats:?}");
-    assert_eq!(
-        stats.in_use, stats.active,
-        "capacity held by exactly the active sessions: {stats:?}"
-    );
-    assert_eq!(
-        counts.opened(),
-        counts.closed() + stats.active as u64 + stats.idle as u64,
-        "opened == closed + live: {stats:?}"
-    );
-}
-
-fn held_pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>) {
-    let (pool, counts, _mock) = pool(size);
-    counts.hold_bootstrap.store(true, Ordering::SeqCst);
-    (pool, counts)
-}
 
 // ----------------------------------------------------------------------------------------
 // Configuration
@@ -380,44 +111,6 @@ async fn bootstrap_persists_the_new_loop_id() {
         (record.workspace.as_str(), record.user.as_str()),
         ("w1", "alice")
     );
-}
-
-/// Lets a test keep a handle on the `MemoryStore` the pool uses.
-struct ArcStore(Arc<MemoryStore>);
-
-impl SessionStore for ArcStore {
-    type Error = std::convert::Infallible;
-    fn loop_id(
-        &self,
-        session: &str,
-    ) -> impl Future<Output = Result<Option<LoopId>, Self::Error>> + Send {
-        self.0.loop_id(session)
-    }
-    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.save(record)
-    }
-    fn touch(&self, session: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.touch(session)
-    }
-}
-
-fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<MemoryStore>) {
-    let store = Arc::new(MemoryStore::new());
-    store.insert(SessionRecord {
-        session: "s".into(),
-        loop_id: LoopId::new(loop_id),
-        workspace: "ws".into(),
-        user: "user".into(),
-    });
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let pool = SessionPool::builder(fake)
-        .pool_size(4)
-        .store(ArcStore(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
-    (pool, counts, store)
 }
 
 #[tokio::test]
@@ -576,7 +269,7 @@ async fn concurrent_acquires_share_one_establishment() {
     counts.entered.notified().await;
     run_spawned().await;
     counts.proceed.0.add_permits(1);
-    let sessions: Vec<_> = futures_join(tasks)
+    let sessions: Vec<_> = join_all(tasks)
         .await
         .into_iter()
         .map(|r| r.unwrap())
@@ -608,7 +301,7 @@ async fn a_failed_establishment_reaches_every_caller() {
     counts.entered.notified().await;
     run_spawned().await;
     counts.proceed.0.add_permits(1);
-    for result in futures_join(tasks).await {
+    for result in join_all(tasks).await {
         let err = result.unwrap_err();
         assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
         assert_eq!(err.reach(), Reach::MaybeApplied);
@@ -620,14 +313,6 @@ async fn a_failed_establishment_reaches_every_caller() {
     );
     assert_eq!(pool.stats().in_use, 0);
     assert_balanced(&pool, &counts);
-}
-
-async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
-    let mut out = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        out.push(task.await.expect("task did not panic"));
-    }
-    out
 }
 
 // ----------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 //! the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod session;
 pub mod stream;
 
 use std::future::Future;
