@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::session::{
-    assert_balanced, ctx, held_pool, pool, seeded, settle, ArcStore, Fake, Flaky, FlakyStore,
+    assert_all_closed, assert_balanced, cancel_the_only_caller_mid_bootstrap, ctx, fake, held_pool,
+    pool, pool_on, seeded, settle_establishments, spawn_acquire, ArcStore, Fake, Flaky, FlakyStore,
 };
-use common::{join_all, run_spawned};
+use common::{build_error, join_all, run_spawned, settle, settle_until, spawn_with};
 use slotpool::session::{MemoryStore, Origin, SessionContext, SessionError, SessionPool, StoreOp};
 use slotpool::{ConfigError, Reach};
 
@@ -22,50 +23,42 @@ use slotpool::{ConfigError, Reach};
 
 #[test]
 fn builder_rejects_bad_values() {
-    let err = |b: slotpool::session::SessionPoolBuilder<Fake>| {
-        b.reap_every(None).build().map(|_| ()).unwrap_err()
-    };
+    let builder = || SessionPool::builder(Fake::default());
+    let err = |b: slotpool::session::SessionPoolBuilder<Fake>| build_error(b.build());
+    let no_reaper = || builder().reap_every(None);
     assert_eq!(
-        err(SessionPool::builder(Fake::default()).pool_size(0)),
+        err(no_reaper().pool_size(0)),
         ConfigError::Zero("pool_size")
     );
     assert_eq!(
-        err(SessionPool::builder(Fake::default()).max_idle_time(Duration::ZERO)),
+        err(no_reaper().max_idle_time(Duration::ZERO)),
         ConfigError::Zero("max_idle_time")
     );
     assert!(matches!(
-        err(SessionPool::builder(Fake::default())
-            .pool_size(2)
-            .prewarm(3)),
+        err(no_reaper().pool_size(2).prewarm(3)),
         ConfigError::Inverted { low: "prewarm", .. }
     ));
     assert!(matches!(
-        err(SessionPool::builder(Fake::default()).pool_size(usize::MAX)),
+        err(no_reaper().pool_size(usize::MAX)),
         ConfigError::TooLarge {
             name: "pool_size",
             ..
         }
     ));
-    let zero_reap = SessionPool::builder(Fake::default())
-        .reap_every(Some(Duration::ZERO))
-        .build();
     assert_eq!(
-        zero_reap.map(|_| ()).unwrap_err(),
+        err(builder().reap_every(Some(Duration::ZERO))),
         ConfigError::Zero("reap_every")
     );
     // An explicit reaper needs a runtime to run on; outside one that is a typed error.
-    let no_runtime = SessionPool::builder(Fake::default())
-        .reap_every(Some(Duration::from_secs(1)))
-        .build();
     assert!(matches!(
-        no_runtime.map(|_| ()).unwrap_err(),
+        err(builder().reap_every(Some(Duration::from_secs(1)))),
         ConfigError::Missing(_)
     ));
 }
 
 #[tokio::test]
 async fn connections_are_lazy() {
-    let (pool, counts, _mock) = pool(1000);
+    let (pool, counts, _time) = pool(1000);
     assert_eq!(
         counts.opened(),
         0,
@@ -80,13 +73,13 @@ async fn connections_are_lazy() {
 
 #[tokio::test]
 async fn hot_acquire_returns_the_same_connection() {
-    let (pool, counts, _mock) = pool(4);
+    let (pool, counts, _time) = pool(4);
     let first = pool.acquire("s", &ctx()).await.unwrap();
     assert_eq!(first.origin(), Origin::Bootstrapped);
     let again = pool.acquire("s", &ctx()).await.unwrap();
     assert!(first.same_connection(&again));
-    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1);
+    assert_eq!(counts.bootstraps(), 1);
     let stats = pool.stats();
     assert_eq!((stats.active, stats.in_use, stats.bootstraps), (1, 1, 1));
     assert_balanced(&pool, &counts);
@@ -95,12 +88,7 @@ async fn hot_acquire_returns_the_same_connection() {
 #[tokio::test]
 async fn bootstrap_persists_the_new_loop_id() {
     let store = Arc::new(MemoryStore::new());
-    let fake = Fake::default();
-    let pool = SessionPool::builder(fake)
-        .store(ArcStore(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
+    let (pool, _counts) = pool_on(None, ArcStore(Arc::clone(&store)));
     let session = pool
         .acquire("s", &SessionContext::new("w1", "alice"))
         .await
@@ -119,7 +107,7 @@ async fn stored_loop_is_reattached() {
     let session = pool.acquire("s", &ctx()).await.unwrap();
     assert_eq!(session.origin(), Origin::Reattached);
     assert_eq!(session.loop_id().as_str(), "loop-old");
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(counts.bootstraps(), 0);
     assert_eq!(store.touches(), 1, "a reattach touches the record");
     assert_eq!(pool.stats().reattaches, 1);
     assert_balanced(&pool, &counts);
@@ -131,7 +119,7 @@ async fn placeholder_loop_ids_are_bootstrapped() {
         let (pool, counts, store) = seeded(placeholder);
         let session = pool.acquire("s", &ctx()).await.unwrap();
         assert_eq!(session.origin(), Origin::Bootstrapped);
-        assert_eq!(counts.reattach_calls.load(Ordering::SeqCst), 0);
+        assert_eq!(counts.reattaches(), 0);
         assert_eq!(store.record("s").unwrap().loop_id, *session.loop_id());
     }
 }
@@ -153,14 +141,13 @@ async fn failed_reattach_falls_back_to_bootstrap() {
 
 #[tokio::test]
 async fn events_reach_the_caller_in_order() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
     let mut events = session
         .take_events()
         .expect("first taker gets the receiver");
     assert!(session.take_events().is_none(), "only one receiver");
-    let conn = counts.conn(session.connection().id);
-    let sender = conn.events_in.lock().unwrap().clone().unwrap();
+    let sender = counts.events_sender(session.connection().id);
     for i in 0..5 {
         sender.send(format!("e{i}")).unwrap();
     }
@@ -176,10 +163,9 @@ async fn events_reach_the_caller_in_order() {
 /// events wait in it for the caller, in order.
 #[tokio::test]
 async fn events_sent_before_the_receiver_is_taken_are_kept() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
-    let conn = counts.conn(session.connection().id);
-    let sender = conn.events_in.lock().unwrap().clone().unwrap();
+    let sender = counts.events_sender(session.connection().id);
     for i in 0..3 {
         sender.send(format!("e{i}")).unwrap();
     }
@@ -202,51 +188,23 @@ async fn events_sent_before_the_receiver_is_taken_are_kept() {
 /// before any event), or only after.
 #[tokio::test]
 async fn a_taken_receiver_sees_the_stream_end() {
-    let (pool, counts, _mock) = pool(3);
+    let (pool, counts, _time) = pool(3);
     // Taken before any event: the channel opens now; the reader's end closes it.
     let early = pool.acquire("early", &ctx()).await.unwrap();
     let mut events = early.take_events().expect("receiver");
-    counts
-        .conn(early.connection().id)
-        .events_in
-        .lock()
-        .unwrap()
-        .take();
+    counts.end_events(early.connection().id, &[]);
     assert_eq!(events.recv().await, None, "closed when the reader ends");
     // Taken after the reader ended, with one event delivered before the end.
     let late = pool.acquire("late", &ctx()).await.unwrap();
-    let conn = counts.conn(late.connection().id);
-    conn.events_in
-        .lock()
-        .unwrap()
-        .take()
-        .expect("sender")
-        .send("last".to_string())
-        .unwrap();
-    for _ in 0..10_000 {
-        if !late.is_open() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(!late.is_open(), "the reader ended");
+    counts.end_events(late.connection().id, &["last"]);
+    settle_until("the reader ended", || !late.is_open()).await;
     let mut events = late.take_events().expect("receiver");
     assert_eq!(events.recv().await.as_deref(), Some("last"));
     assert_eq!(events.recv().await, None);
     // Taken after the reader ended without any event: closed and empty.
     let quiet = pool.acquire("quiet", &ctx()).await.unwrap();
-    counts
-        .conn(quiet.connection().id)
-        .events_in
-        .lock()
-        .unwrap()
-        .take();
-    for _ in 0..10_000 {
-        if !quiet.is_open() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    counts.end_events(quiet.connection().id, &[]);
+    settle(|| !quiet.is_open()).await;
     let mut events = quiet.take_events().expect("receiver");
     assert_eq!(events.recv().await, None);
     assert_balanced(&pool, &counts);
@@ -259,27 +217,17 @@ async fn a_taken_receiver_sees_the_stream_end() {
 #[tokio::test]
 async fn concurrent_acquires_share_one_establishment() {
     let (pool, counts) = held_pool(4);
-    let pool = Arc::new(pool);
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-        })
-        .collect();
-    counts.entered.notified().await;
+    let tasks: Vec<_> = (0..16).map(|_| spawn_acquire(&pool, "s")).collect();
+    counts.bootstrap_entered().await;
     run_spawned().await;
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     let sessions: Vec<_> = join_all(tasks)
         .await
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
-    assert_eq!(
-        counts.connect_calls.load(Ordering::SeqCst),
-        1,
-        "one connect for 16 callers"
-    );
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1, "one connect for 16 callers");
+    assert_eq!(counts.bootstraps(), 1);
     assert!(
         sessions.iter().all(|s| s.same_connection(&sessions[0])),
         "all get the same connection"
@@ -291,23 +239,17 @@ async fn concurrent_acquires_share_one_establishment() {
 async fn a_failed_establishment_reaches_every_caller() {
     let (pool, counts) = held_pool(4);
     counts.fail_bootstrap.store(1, Ordering::SeqCst);
-    let pool = Arc::new(pool);
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-        })
-        .collect();
-    counts.entered.notified().await;
+    let tasks: Vec<_> = (0..8).map(|_| spawn_acquire(&pool, "s")).collect();
+    counts.bootstrap_entered().await;
     run_spawned().await;
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     for result in join_all(tasks).await {
         let err = result.unwrap_err();
         assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
         assert_eq!(err.reach(), Reach::MaybeApplied);
     }
     assert_eq!(
-        counts.bootstrap_calls.load(Ordering::SeqCst),
+        counts.bootstraps(),
         1,
         "the failure was shared, not retried"
     );
@@ -321,7 +263,7 @@ async fn a_failed_establishment_reaches_every_caller() {
 
 #[tokio::test]
 async fn connect_failure_returns_capacity() {
-    let (pool, counts, _mock) = pool(1);
+    let (pool, counts, _time) = pool(1);
     counts.fail_connect.store(1, Ordering::SeqCst);
     let err = pool.acquire("s", &ctx()).await.unwrap_err();
     assert!(matches!(err, SessionError::Connect { .. }), "{err:?}");
@@ -335,7 +277,7 @@ async fn connect_failure_returns_capacity() {
 
 #[tokio::test]
 async fn bootstrap_failure_closes_the_connection_and_returns_capacity() {
-    let (pool, counts, _mock) = pool(1);
+    let (pool, counts, _time) = pool(1);
     counts.fail_bootstrap.store(1, Ordering::SeqCst);
     let err = pool.acquire("s", &ctx()).await.unwrap_err();
     assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
@@ -361,22 +303,14 @@ async fn reattach_failure_then_bootstrap_failure() {
         "loop-old",
         "nothing new persisted"
     );
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 1);
     assert_balanced(&pool, &counts);
 }
 
 #[tokio::test]
 async fn store_failures_return_capacity() {
     let store = Arc::new(FlakyStore::default());
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let pool = SessionPool::builder(fake)
-        .pool_size(1)
-        .store(Flaky(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
+    let (pool, counts) = pool_on(1, Flaky(Arc::clone(&store)));
 
     store.fail_lookup.store(1, Ordering::SeqCst);
     let err = pool.acquire("s", &ctx()).await.unwrap_err();
@@ -391,7 +325,7 @@ async fn store_failures_return_capacity() {
         "{err:?}"
     );
     assert_eq!(err.reach(), Reach::NotSent);
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(counts.bootstraps(), 0);
     assert_balanced(&pool, &counts);
 
     store.fail_save.store(1, Ordering::SeqCst);
@@ -411,8 +345,7 @@ async fn store_failures_return_capacity() {
         Reach::MaybeApplied,
         "the loop exists but is unrecorded"
     );
-    assert_eq!((counts.opened(), counts.closed()), (2, 2));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 2);
     assert_balanced(&pool, &counts);
 
     pool.acquire("s", &ctx()).await.unwrap();
@@ -421,7 +354,7 @@ async fn store_failures_return_capacity() {
 
 #[tokio::test]
 async fn exhausted_without_waiting() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     pool.acquire("a", &ctx()).await.unwrap();
     pool.acquire("b", &ctx()).await.unwrap();
     let err = pool.acquire("c", &ctx()).await.unwrap_err();
@@ -430,11 +363,7 @@ async fn exhausted_without_waiting() {
         "{err:?}"
     );
     assert_eq!(err.reach(), Reach::NotSent);
-    assert_eq!(
-        counts.connect_calls.load(Ordering::SeqCst),
-        2,
-        "no connect for a refused session"
-    );
+    assert_eq!(counts.connects(), 2, "no connect for a refused session");
     // Existing sessions still take the hot path while the pool is full.
     pool.acquire("a", &ctx()).await.unwrap();
     assert!(pool.release("b"));
@@ -446,27 +375,22 @@ async fn exhausted_without_waiting() {
 #[tokio::test]
 async fn cancelled_leader_mid_bootstrap_still_completes_for_followers() {
     let (pool, counts) = held_pool(2);
-    let pool = Arc::new(pool);
-    let spawn = |pool: &Arc<SessionPool<Fake>>| {
-        let pool = Arc::clone(pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    let leader = spawn(&pool);
-    counts.entered.notified().await;
-    let follower = spawn(&pool);
+    let leader = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
+    let follower = spawn_acquire(&pool, "s");
     run_spawned().await;
     leader.abort();
     assert!(leader.await.unwrap_err().is_cancelled());
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     let session = follower
         .await
         .unwrap()
         .expect("the leader's cancellation does not fail followers");
-    settle(&pool).await;
+    settle_establishments(&pool).await;
     // The establishment was cached: the next acquire is hot, no second connect.
     let again = pool.acquire("s", &ctx()).await.unwrap();
     assert!(again.same_connection(&session));
-    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1);
     assert_eq!(pool.stats().in_use, 1);
     assert_balanced(&pool, &counts);
     assert!(pool.release("s"));
@@ -478,34 +402,15 @@ async fn cancelled_leader_mid_bootstrap_still_completes_for_followers() {
 async fn cancelled_caller_mid_bootstrap_failure_returns_capacity_once() {
     let (pool, counts) = held_pool(1);
     counts.fail_bootstrap.store(1, Ordering::SeqCst);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
-    caller.abort();
-    let _ = caller.await;
-    counts.proceed.0.add_permits(1);
-    settle(&pool).await;
-    assert_eq!(pool.stats().in_use, 0);
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    cancel_the_only_caller_mid_bootstrap(&pool, &counts).await;
+    assert_all_closed(&pool, &counts, 1);
     assert_balanced(&pool, &counts);
 }
 
 #[tokio::test]
 async fn cancelled_sole_caller_leaves_the_session_active() {
     let (pool, counts) = held_pool(1);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
-    caller.abort();
-    let _ = caller.await;
-    counts.proceed.0.add_permits(1);
-    settle(&pool).await;
+    cancel_the_only_caller_mid_bootstrap(&pool, &counts).await;
     let stats = pool.stats();
     assert_eq!(
         (stats.active, stats.in_use),
@@ -514,7 +419,7 @@ async fn cancelled_sole_caller_leaves_the_session_active() {
     );
     assert_balanced(&pool, &counts);
     pool.acquire("s", &ctx()).await.unwrap();
-    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1);
 }
 
 #[test]
@@ -524,14 +429,11 @@ fn runtime_shutdown_mid_bootstrap_returns_capacity() {
         .unwrap();
     let (pool, counts) = {
         let _guard = runtime.enter();
-        held_pool(1)
+        let (pool, counts) = held_pool(1);
+        spawn_acquire(&pool, "s");
+        (pool, counts)
     };
-    let pool = Arc::new(pool);
-    {
-        let pool = Arc::clone(&pool);
-        runtime.spawn(async move { pool.acquire("s", &ctx()).await });
-    }
-    runtime.block_on(counts.entered.notified());
+    runtime.block_on(counts.bootstrap_entered());
     // Dropping the runtime drops the establishment task mid-bootstrap.
     drop(runtime);
     let stats = pool.stats();
@@ -546,71 +448,49 @@ fn runtime_shutdown_mid_bootstrap_returns_capacity() {
 #[tokio::test]
 async fn release_during_establishment_closes_the_new_connection() {
     let (pool, counts) = held_pool(1);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
+    let caller = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
     assert!(pool.release("s"), "an establishing session can be released");
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     let err = caller.await.unwrap().unwrap_err();
     assert!(matches!(err, SessionError::Released { .. }), "{err:?}");
     assert_eq!(err.reach(), Reach::MaybeApplied);
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 1);
     assert_balanced(&pool, &counts);
 }
 
-#[test]
-fn release_racing_acquire_keeps_exact_accounting() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (pool, counts, _mock) = pool(4);
-        let pool = Arc::new(pool);
-        for round in 0..300 {
-            let session = format!("s{}", round % 3);
-            let acquirer = {
-                let (pool, session) = (Arc::clone(&pool), session.clone());
-                tokio::spawn(async move { pool.acquire(&session, &ctx()).await })
-            };
-            let releaser = {
-                let (pool, session) = (Arc::clone(&pool), session.clone());
-                tokio::spawn(async move { pool.release(&session) })
-            };
-            match acquirer.await.unwrap() {
-                Ok(_) | Err(SessionError::Released { .. }) => {}
-                Err(other) => panic!("unexpected {other:?}"),
-            }
-            releaser.await.unwrap();
-            let stats = pool.stats();
-            assert!(stats.in_use <= 4);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_racing_acquire_keeps_exact_accounting() {
+    let (pool, counts, _time) = pool(4);
+    let pool = Arc::new(pool);
+    for round in 0..300 {
+        let session = format!("s{}", round % 3);
+        let acquirer = spawn_acquire(&pool, &session);
+        let releaser = spawn_with(&pool, move |pool| async move { pool.release(&session) });
+        match acquirer.await.unwrap() {
+            Ok(_) | Err(SessionError::Released { .. }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
         }
-        // Let the last establishments finish, then release everything.
-        for _ in 0..10_000 {
-            if pool.stats().establishing == 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        for s in 0..3 {
-            pool.release(&format!("s{s}"));
-        }
+        releaser.await.unwrap();
         let stats = pool.stats();
-        assert_eq!(
-            (stats.in_use, stats.active, stats.establishing),
-            (0, 0, 0),
-            "{stats:?}"
-        );
-        assert_eq!(
-            counts.opened(),
-            counts.closed(),
-            "every connection closed exactly once"
-        );
-    });
+        assert!(stats.in_use <= 4);
+    }
+    // Let the last establishments finish, then release everything.
+    settle(|| pool.stats().establishing == 0).await;
+    for s in 0..3 {
+        pool.release(&format!("s{s}"));
+    }
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.in_use, stats.active, stats.establishing),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        counts.opened(),
+        counts.closed(),
+        "every connection closed exactly once"
+    );
 }
 
 // ----------------------------------------------------------------------------------------
@@ -619,7 +499,7 @@ fn release_racing_acquire_keeps_exact_accounting() {
 
 #[tokio::test]
 async fn dead_connection_is_rebuilt() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
     counts
         .conn(old.connection().id)
@@ -635,22 +515,11 @@ async fn dead_connection_is_rebuilt() {
 
 #[tokio::test]
 async fn ended_event_stream_marks_the_session_dead() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
     // Ending the connection's event stream ends its reader.
-    counts
-        .conn(old.connection().id)
-        .events_in
-        .lock()
-        .unwrap()
-        .take();
-    for _ in 0..10_000 {
-        if !old.is_open() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(!old.is_open(), "the reader ended");
+    counts.end_events(old.connection().id, &[]);
+    settle_until("the reader ended", || !old.is_open()).await;
     let new = pool.acquire("s", &ctx()).await.unwrap();
     assert!(!new.same_connection(&old));
     assert_balanced(&pool, &counts);
@@ -658,15 +527,15 @@ async fn ended_event_stream_marks_the_session_dead() {
 
 #[tokio::test]
 async fn stale_session_is_rebuilt() {
-    let (pool, counts, mock) = pool(2);
+    let (pool, counts, time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
-    mock.increment(Duration::from_secs(10));
+    time.advance(Duration::from_secs(10));
     let same = pool.acquire("s", &ctx()).await.unwrap();
     assert!(
         same.same_connection(&old),
         "exactly max_idle_time is still fresh"
     );
-    mock.increment(Duration::from_secs(10) + Duration::from_nanos(1));
+    time.advance(Duration::from_secs(10) + Duration::from_nanos(1));
     let new = pool.acquire("s", &ctx()).await.unwrap();
     assert!(
         !new.same_connection(&old),
@@ -683,13 +552,13 @@ async fn stale_session_is_rebuilt() {
 
 #[tokio::test]
 async fn reaper_closes_idle_sessions_only() {
-    let (pool, counts, mock) = pool(4);
+    let (pool, counts, time) = pool(4);
     for s in ["a", "b", "c"] {
         pool.acquire(s, &ctx()).await.unwrap();
     }
-    mock.increment(Duration::from_secs(6));
+    time.advance(Duration::from_secs(6));
     pool.acquire("b", &ctx()).await.unwrap();
-    mock.increment(Duration::from_secs(6));
+    time.advance(Duration::from_secs(6));
     let now = pool.clock().now();
     assert_eq!(pool.reap(now), 2, "a and c are 12 s idle, b 6 s");
     let stats = pool.stats();
@@ -708,7 +577,7 @@ async fn reaper_closes_idle_sessions_only() {
 
 #[tokio::test]
 async fn release_and_reset_close_and_return_capacity() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
     assert!(pool.release("s"));
     assert!(!session.is_open());
@@ -723,13 +592,12 @@ async fn release_and_reset_close_and_return_capacity() {
 
 #[tokio::test]
 async fn stop_closes_everything_and_refuses_later_acquires() {
-    let (pool, counts, _mock) = pool(4);
+    let (pool, counts, _time) = pool(4);
     let a = pool.acquire("a", &ctx()).await.unwrap();
     pool.acquire("b", &ctx()).await.unwrap();
     pool.stop();
     assert!(!a.is_open());
-    assert_eq!((counts.opened(), counts.closed()), (2, 2));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 2);
     assert!(matches!(
         pool.acquire("a", &ctx()).await,
         Err(SessionError::Closed)
@@ -745,22 +613,17 @@ async fn stop_closes_everything_and_refuses_later_acquires() {
 #[tokio::test]
 async fn stop_during_establishment_fails_its_callers_with_closed() {
     let (pool, counts) = held_pool(2);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
+    let caller = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
     pool.stop();
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     assert!(matches!(caller.await.unwrap(), Err(SessionError::Closed)));
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 1);
 }
 
 #[tokio::test]
 async fn dropping_the_pool_closes_its_connections() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
     drop(pool);
     assert!(!session.is_open());
@@ -769,8 +632,7 @@ async fn dropping_the_pool_closes_its_connections() {
 
 #[tokio::test]
 async fn prewarmed_connections_skip_the_connect() {
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
+    let (fake, counts) = fake();
     let pool = SessionPool::builder(fake)
         .pool_size(4)
         .prewarm(2)
@@ -782,7 +644,7 @@ async fn prewarmed_connections_skip_the_connect() {
     assert_eq!(pool.stats().idle, 2);
     pool.acquire("s", &ctx()).await.unwrap();
     assert_eq!(
-        counts.connect_calls.load(Ordering::SeqCst),
+        counts.connects(),
         2,
         "the session used a prewarmed connection"
     );

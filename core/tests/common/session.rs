@@ -6,9 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use slotpool::session::{
-    Connector, LoopId, MemoryStore, SessionContext, SessionPool, SessionRecord, SessionStore,
+    Connector, LoopId, MemoryStore, Session, SessionContext, SessionError, SessionPool,
+    SessionPoolBuilder, SessionRecord, SessionStore,
 };
 use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::task::JoinHandle;
+
+use super::{MockTime, ReapByHand};
 
 // ----------------------------------------------------------------------------------------
 // Fakes
@@ -78,6 +82,43 @@ impl Counts {
             .find(|c| c.id == id)
             .cloned()
             .expect("test asked for a connection it opened")
+    }
+
+    pub fn connects(&self) -> u64 {
+        self.connect_calls.load(Ordering::SeqCst)
+    }
+
+    pub fn bootstraps(&self) -> u64 {
+        self.bootstrap_calls.load(Ordering::SeqCst)
+    }
+
+    pub fn reattaches(&self) -> u64 {
+        self.reattach_calls.load(Ordering::SeqCst)
+    }
+
+    /// Waits until a held bootstrap has started (see [`held_pool`]).
+    pub async fn bootstrap_entered(&self) {
+        self.entered.notified().await;
+    }
+
+    /// Lets one held bootstrap go on.
+    pub fn let_bootstrap_proceed(&self) {
+        self.proceed.0.add_permits(1);
+    }
+
+    /// The sender that feeds connection `id`'s events.
+    pub fn events_sender(&self, id: u64) -> mpsc::UnboundedSender<String> {
+        let sender = self.conn(id).events_in.lock().unwrap().clone();
+        sender.expect("the event stream has not ended")
+    }
+
+    /// Sends `last` on connection `id`'s events, then ends them: its reader sees the end.
+    pub fn end_events(&self, id: u64, last: &[&str]) {
+        let sender = self.conn(id).events_in.lock().unwrap().take();
+        let sender = sender.expect("the event stream has not ended");
+        for event in last {
+            sender.send(event.to_string()).unwrap();
+        }
     }
 }
 
@@ -221,23 +262,55 @@ pub fn ctx() -> SessionContext {
     SessionContext::new("ws", "user")
 }
 
-/// A pool with a mock clock and no background reaper.
-pub fn pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>, Arc<quanta::Mock>) {
+/// A fake connector and the counts it keeps.
+pub fn fake() -> (Fake, Arc<Counts>) {
     let fake = Fake::default();
     let counts = Arc::clone(&fake.0);
-    let (clock, mock) = quanta::Clock::mock();
+    (fake, counts)
+}
+
+impl<C: Connector, S: SessionStore> ReapByHand for SessionPoolBuilder<C, S> {
+    fn reaped_by_hand(self, time: &MockTime) -> Self {
+        self.reap_every(None).clock(time.clock())
+    }
+}
+
+/// A pool of `size` sessions idle for at most 10 s on a mock clock, with no background
+/// reaper.
+pub fn pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>, MockTime) {
+    let (fake, counts) = fake();
+    let time = MockTime::new();
     let pool = SessionPool::builder(fake)
         .pool_size(size)
         .max_idle_time(Duration::from_secs(10))
-        .clock(clock)
-        .reap_every(None)
+        .reaped_by_hand(&time)
         .build()
         .expect("valid configuration");
-    (pool, counts, mock)
+    (pool, counts, time)
+}
+
+/// Acquires `session` in a task of its own.
+pub fn spawn_acquire(
+    pool: &Arc<SessionPool<Fake>>,
+    session: &str,
+) -> JoinHandle<Result<Session<Fake>, SessionError>> {
+    let (pool, session) = (Arc::clone(pool), session.to_string());
+    tokio::spawn(async move { pool.acquire(&session, &ctx()).await })
+}
+
+/// Acquires session "s" of a [`held_pool`] in a task that is aborted once its bootstrap has
+/// started; then lets the bootstrap go on and the establishment finish.
+pub async fn cancel_the_only_caller_mid_bootstrap(pool: &Arc<SessionPool<Fake>>, counts: &Counts) {
+    let caller = spawn_acquire(pool, "s");
+    counts.bootstrap_entered().await;
+    caller.abort();
+    let _ = caller.await;
+    counts.let_bootstrap_proceed();
+    settle_establishments(pool).await;
 }
 
 /// Lets spawned tasks run until no establishment is in flight (current-thread runtime).
-pub async fn settle<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>) {
+pub async fn settle_establishments<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>) {
     for _ in 0..10_000 {
         if pool.stats().establishing == 0 {
             // One more round so tasks woken by the last completion reach their end.
@@ -267,10 +340,21 @@ pub fn assert_balanced<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>, 
     );
 }
 
-pub fn held_pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>) {
-    let (pool, counts, _mock) = pool(size);
+/// All `opened` connections the fake opened are closed again, and no capacity is held.
+pub fn assert_all_closed<C: Connector, S: SessionStore>(
+    pool: &SessionPool<C, S>,
+    counts: &Counts,
+    opened: u64,
+) {
+    assert_eq!((counts.opened(), counts.closed()), (opened, opened));
+    assert_eq!(pool.stats().in_use, 0);
+}
+
+/// A [`pool`] whose bootstraps wait, once started, until the test lets them proceed.
+pub fn held_pool(size: usize) -> (Arc<SessionPool<Fake>>, Arc<Counts>) {
+    let (pool, counts, _time) = pool(size);
     counts.hold_bootstrap.store(true, Ordering::SeqCst);
-    (pool, counts)
+    (Arc::new(pool), counts)
 }
 
 /// Lets a test keep a handle on the `MemoryStore` the pool uses.
@@ -292,6 +376,7 @@ impl SessionStore for ArcStore {
     }
 }
 
+/// A pool of 4 whose store already records session "s" on `loop_id`.
 pub fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
     store.insert(SessionRecord {
@@ -300,13 +385,20 @@ pub fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<M
         workspace: "ws".into(),
         user: "user".into(),
     });
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let pool = SessionPool::builder(fake)
-        .pool_size(4)
-        .store(ArcStore(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
+    let (pool, counts) = pool_on(4, ArcStore(Arc::clone(&store)));
     (pool, counts, store)
+}
+
+/// A pool of `size` sessions (`None`: the default) over `store`, with no background reaper.
+pub fn pool_on<S: SessionStore>(
+    size: impl Into<Option<usize>>,
+    store: S,
+) -> (SessionPool<Fake, S>, Arc<Counts>) {
+    let (fake, counts) = fake();
+    let builder = match size.into() {
+        Some(size) => SessionPool::builder(fake).pool_size(size),
+        None => SessionPool::builder(fake),
+    };
+    let pool = builder.store(store).reap_every(None).build();
+    (pool.expect("valid configuration"), counts)
 }
