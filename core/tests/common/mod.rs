@@ -4,6 +4,7 @@
 //! the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod channel;
 pub mod session;
 pub mod stream;
 
