@@ -7,22 +7,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::channel::{ChannelConnector, ChannelPool};
+use slotpool::channel::ChannelPool;
 use slotpool::client::ClientStats;
 use slotpool::metrics::{spawn_exporter, Export};
 use slotpool::session::SessionStats;
 
 use capture::Capture;
+use common::channel::Lazy;
 use common::stream::{round_trip, Script};
-
-struct Lazy;
-
-impl ChannelConnector for Lazy {
-    type Channel = u64;
-    fn connect_lazy(&self, id: u64) -> u64 {
-        id
-    }
-}
 
 #[tokio::test]
 async fn stream_pool_stats_become_gauges_and_counters() {
@@ -123,7 +115,7 @@ fn exporter_follows_the_pool_and_ends_with_it() {
         .unwrap();
     metrics::with_local_recorder(&capture, || {
         runtime.block_on(async {
-            let channels = ChannelPool::builder(Lazy).build().unwrap();
+            let channels = ChannelPool::builder(Lazy::default()).build().unwrap();
             let weak = Arc::downgrade(&channels);
             let exporter = spawn_exporter("lazy", Duration::from_secs(10), move || {
                 weak.upgrade().map(|pool| pool.stats())

@@ -5,12 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::channel::{ChannelConnector, ChannelPool};
-use slotpool::client::{ClientFactory, ClientPool};
+use slotpool::channel::{ChannelConnector, ChannelPool, ChannelPoolBuilder};
+use slotpool::client::{ClientFactory, ClientPool, ClientPoolBuilder};
 
-// ---------------------------------------------------------------------------------------------
-// Fixtures
-// ---------------------------------------------------------------------------------------------
+use super::{MockTime, ReapByHand};
 
 /// Counts live channels: a channel is an `Arc<Token>`, and the last clone's drop is the close.
 #[derive(Default)]
@@ -99,11 +97,56 @@ impl ClientFactory<Arc<Token>> for Factory {
 pub type Channels = ChannelPool<Lazy>;
 pub type Clients = ClientPool<Lazy, Factory>;
 
+/// The idle timeout of every fixture pool.
 pub const IDLE: Duration = Duration::from_secs(10);
 
+impl Lazy {
+    /// A connector and its count of live channels.
+    pub fn counted() -> (Self, Arc<AtomicUsize>) {
+        let connector = Self::default();
+        let live = Arc::clone(&connector.live);
+        (connector, live)
+    }
+}
+
+impl Factory {
+    /// A factory and the knobs that steer it (and count its live clients).
+    pub fn steered() -> (Self, Arc<Knobs>) {
+        let factory = Self::default();
+        let knobs = Arc::clone(&factory.knobs);
+        (factory, knobs)
+    }
+}
+
+impl<C: ChannelConnector> ReapByHand for ChannelPoolBuilder<C> {
+    fn reaped_by_hand(self, time: &MockTime) -> Self {
+        self.reap_interval(None).clock(time.clock())
+    }
+}
+
+impl ReapByHand for ClientPoolBuilder<Lazy, Factory> {
+    fn reaped_by_hand(self, time: &MockTime) -> Self {
+        self.reap_interval(None).clock(time.clock())
+    }
+}
+
+/// A channel pool of `per_channel` clients per channel, idle after [`IDLE`] on a mock clock and
+/// reaped by hand, with its count of live channels.
+pub fn channel_pool(per_channel: usize) -> (MockTime, Arc<Channels>, Arc<AtomicUsize>) {
+    let time = MockTime::new();
+    let (connector, live) = Lazy::counted();
+    let pool = ChannelPool::builder(connector)
+        .max_clients_per_channel(per_channel)
+        .idle_timeout(IDLE)
+        .reaped_by_hand(&time)
+        .build()
+        .expect("valid configuration");
+    (time, pool, live)
+}
+
+/// A client pool over a [`channel_pool`], on the same clock and reaped by hand too.
 pub struct Fixture {
-    pub clock: quanta::Clock,
-    pub mock: Arc<quanta::Mock>,
+    pub time: MockTime,
     pub channels: Arc<Channels>,
     pub clients: Arc<Clients>,
     pub live_channels: Arc<AtomicUsize>,
@@ -112,28 +155,16 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new(per_channel: usize, max_clients: Option<usize>) -> Self {
-        let (clock, mock) = quanta::Clock::mock();
-        let connector = Lazy::default();
-        let live_channels = Arc::clone(&connector.live);
-        let channels = ChannelPool::builder(connector)
-            .max_clients_per_channel(per_channel)
-            .idle_timeout(IDLE)
-            .reap_interval(None)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
-        let factory = Factory::default();
-        let knobs = Arc::clone(&factory.knobs);
+        let (time, channels, live_channels) = channel_pool(per_channel);
+        let (factory, knobs) = Factory::steered();
         let clients = ClientPool::builder(Arc::clone(&channels), factory)
             .max_clients(max_clients)
             .idle_timeout(IDLE)
-            .reap_interval(None)
-            .clock(clock.clone())
+            .reaped_by_hand(&time)
             .build()
-            .unwrap();
+            .expect("valid configuration");
         Self {
-            clock,
-            mock,
+            time,
             channels,
             clients,
             live_channels,
@@ -161,25 +192,4 @@ impl Fixture {
             "channels dropped"
         );
     }
-}
-
-pub fn channel_pool(
-    per_channel: usize,
-) -> (
-    quanta::Clock,
-    Arc<quanta::Mock>,
-    Arc<Channels>,
-    Arc<AtomicUsize>,
-) {
-    let (clock, mock) = quanta::Clock::mock();
-    let connector = Lazy::default();
-    let live = Arc::clone(&connector.live);
-    let pool = ChannelPool::builder(connector)
-        .max_clients_per_channel(per_channel)
-        .idle_timeout(IDLE)
-        .reap_interval(None)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    (clock, mock, pool, live)
 }
