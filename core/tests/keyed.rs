@@ -5,59 +5,19 @@
 //! then inhibits auto-advance), by explicit `tokio::time::advance`. Blocking closures are held
 //! open with channels, never sleeps.
 
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
-
-use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
-use slotpool::{ConfigError, Reach};
-
 #[cfg(feature = "metrics")]
 mod capture;
+mod common;
 
-const LONG: Duration = Duration::from_secs(3600);
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-fn one_slot_journal() -> Arc<Keyed<&'static str>> {
-    let keyed = Keyed::builder()
-        .share("journal", 1)
-        .alias("ledger", "journal")
-        .build();
-    match keyed {
-        Ok(keyed) => Arc::new(keyed),
-        Err(error) => panic!("valid configuration refused: {error}"),
-    }
-}
-
-/// Lets tasks spawned so far run until they block (register as waiters, reach a timer).
-async fn settle() {
-    for _ in 0..16 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// A blocking closure that reports when it starts and then holds its slot until released.
-struct Hold {
-    started: tokio::sync::oneshot::Receiver<()>,
-    release: mpsc::Sender<()>,
-}
-
-fn hold() -> (Hold, impl FnOnce() + Send + 'static) {
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let work = move || {
-        let _ = started_tx.send(());
-        // Returns when released or when the test drops the sender.
-        let _ = release_rx.recv();
-    };
-    (
-        Hold {
-            started: started_rx,
-            release: release_tx,
-        },
-        work,
-    )
-}
+use common::keyed::{hold, one_slot_journal, LONG};
+use common::logs::Captured;
+use common::run_spawned;
+use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
+use slotpool::{ConfigError, Reach};
 
 // ---------------------------------------------------------------------------------------------
 // Refusal
@@ -105,7 +65,7 @@ async fn refusal_after_deadline_never_runs_the_closure() {
                 .await
         })
     };
-    settle().await;
+    run_spawned().await;
     tokio::time::advance(bound / 2).await;
     drop(held);
     let value = waiter
@@ -190,7 +150,7 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
                 .await
         })
     };
-    settle().await;
+    run_spawned().await;
     // The blocking closure inhibits auto-advance; move the paused clock past the bound.
     tokio::time::advance(Duration::from_millis(31)).await;
     let second = second
@@ -213,7 +173,7 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
                 .await
         })
     };
-    settle().await;
+    run_spawned().await;
     assert_eq!(keyed.stats_for(&"journal").map(|s| s.waiting), Some(1));
     let _ = hold.release.send(());
     let third = third
@@ -374,7 +334,7 @@ async fn close_refuses_waiters_and_lets_running_work_finish() {
                 .await
         })
     };
-    settle().await;
+    run_spawned().await;
     keyed.close();
     let waiter = waiter
         .await
@@ -441,34 +401,6 @@ async fn the_span_is_current_inside_the_closure() {
     );
     // And nothing is left entered on the caller's side.
     assert!(tracing::Span::current().id().is_none());
-}
-
-/// A buffer the fmt subscriber writes into.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        let bytes = match self.0.lock() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut guard) => guard.extend_from_slice(buf),
-            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// The refusal warning names the caller's key, its share and the wait bound, and carries no

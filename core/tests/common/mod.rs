@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod channel;
+pub mod keyed;
+pub mod logs;
 pub mod session;
 pub mod stream;
 
