@@ -4,20 +4,32 @@
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use slotpool::keyed::Keyed;
+use slotpool::keyed::{Keyed, KeyedError};
+
+use super::built;
 
 /// A wait bound no test reaches.
 pub const LONG: Duration = Duration::from_secs(3600);
 
+/// One share, "journal", of one slot, and "ledger" aliased onto it.
 pub fn one_slot_journal() -> Arc<Keyed<&'static str>> {
     let keyed = Keyed::builder()
         .share("journal", 1)
         .alias("ledger", "journal")
         .build();
-    match keyed {
-        Ok(keyed) => Arc::new(keyed),
-        Err(error) => panic!("valid configuration refused: {error}"),
-    }
+    Arc::new(built(keyed))
+}
+
+/// A read of `key` that makes a single attempt (no wait) and whose closure returns `value`.
+pub async fn read_now<T: Send + 'static>(
+    keyed: &Keyed<&'static str>,
+    key: &'static str,
+    value: T,
+) -> Result<T, KeyedError<&'static str>> {
+    let work = move || value;
+    keyed
+        .read(&key, Duration::ZERO, tracing::Span::none(), work)
+        .await
 }
 
 /// A blocking closure that reports when it starts and then holds its slot until released.

@@ -3,6 +3,19 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use tracing::subscriber::DefaultGuard;
+
+/// Captures every event (all levels) logged on this thread while the guard lives.
+pub fn capture_logs() -> (Captured, DefaultGuard) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
 /// A buffer the fmt subscriber writes into.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);

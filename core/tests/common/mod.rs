@@ -104,6 +104,14 @@ pub trait ReapByHand {
     fn reaped_by_hand(self, time: &MockTime) -> Self;
 }
 
+/// What a build returned; a refused configuration fails the test.
+pub fn built<T, E: std::fmt::Display>(built: Result<T, E>) -> T {
+    match built {
+        Ok(value) => value,
+        Err(error) => panic!("valid configuration refused: {error}"),
+    }
+}
+
 /// The error a build returned (pools are not `Debug`, so `unwrap_err` is not at hand); a build
 /// that succeeded fails the test.
 pub fn build_error<T, E>(built: Result<T, E>) -> E {
