@@ -3,189 +3,17 @@
 //! with exact accounting. No sleeps: time is `quanta::Clock::mock()`, and tokio timeouts run
 //! on a paused runtime clock.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::channel::{ChannelConnector, ChannelPool};
-use slotpool::client::{ClientError, ClientFactory, ClientPool};
+use common::channel::{channel_pool, Factory, Fixture, Lazy, IDLE};
+use common::{build_error, join_all, settle, spawn_with};
+use slotpool::channel::{ChannelPool, ChannelPoolBuilder};
+use slotpool::client::{ClientError, ClientPool, ClientPoolBuilder};
 use slotpool::{ConfigError, Reach};
-
-// ---------------------------------------------------------------------------------------------
-// Fixtures
-// ---------------------------------------------------------------------------------------------
-
-/// Counts live channels: a channel is an `Arc<Token>`, and the last clone's drop is the close.
-#[derive(Default)]
-struct Lazy {
-    live: Arc<AtomicUsize>,
-}
-
-struct Token {
-    id: u64,
-    live: Arc<AtomicUsize>,
-}
-
-impl Drop for Token {
-    fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl ChannelConnector for Lazy {
-    type Channel = Arc<Token>;
-    fn connect_lazy(&self, id: u64) -> Arc<Token> {
-        self.live.fetch_add(1, Ordering::SeqCst);
-        Arc::new(Token {
-            id,
-            live: Arc::clone(&self.live),
-        })
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("injected build failure")]
-struct MakeFailed;
-
-/// Builds `Client`s; can be told to fail the next builds or to hang.
-#[derive(Default)]
-struct Factory {
-    knobs: Arc<Knobs>,
-}
-
-#[derive(Default)]
-struct Knobs {
-    live: AtomicUsize,
-    fail_next: AtomicUsize,
-    hang: AtomicBool,
-}
-
-struct Client {
-    channel: u64,
-    /// Set while a caller uses the client: two callers at once would see it set.
-    in_use: AtomicBool,
-    uses: u64,
-    knobs: Arc<Knobs>,
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.knobs.live.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl ClientFactory<Arc<Token>> for Factory {
-    type Client = Client;
-    type Error = MakeFailed;
-    async fn make(&self, channel: &Arc<Token>) -> Result<Client, MakeFailed> {
-        if self.knobs.hang.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        let failing = self
-            .knobs
-            .fail_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if failing {
-            return Err(MakeFailed);
-        }
-        self.knobs.live.fetch_add(1, Ordering::SeqCst);
-        Ok(Client {
-            channel: channel.id,
-            in_use: AtomicBool::new(false),
-            uses: 0,
-            knobs: Arc::clone(&self.knobs),
-        })
-    }
-}
-
-type Channels = ChannelPool<Lazy>;
-type Clients = ClientPool<Lazy, Factory>;
-
-const IDLE: Duration = Duration::from_secs(10);
-
-struct Fixture {
-    clock: quanta::Clock,
-    mock: Arc<quanta::Mock>,
-    channels: Arc<Channels>,
-    clients: Arc<Clients>,
-    live_channels: Arc<AtomicUsize>,
-    knobs: Arc<Knobs>,
-}
-
-impl Fixture {
-    fn new(per_channel: usize, max_clients: Option<usize>) -> Self {
-        let (clock, mock) = quanta::Clock::mock();
-        let connector = Lazy::default();
-        let live_channels = Arc::clone(&connector.live);
-        let channels = ChannelPool::builder(connector)
-            .max_clients_per_channel(per_channel)
-            .idle_timeout(IDLE)
-            .reap_interval(None)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
-        let factory = Factory::default();
-        let knobs = Arc::clone(&factory.knobs);
-        let clients = ClientPool::builder(Arc::clone(&channels), factory)
-            .max_clients(max_clients)
-            .idle_timeout(IDLE)
-            .reap_interval(None)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
-        Self {
-            clock,
-            mock,
-            channels,
-            clients,
-            live_channels,
-            knobs,
-        }
-    }
-
-    /// Asserts the whole stack is empty: no clients, no channels, nothing alive.
-    fn assert_all_reaped(&self) {
-        let (clients, channels) = (self.clients.stats(), self.channels.stats());
-        assert_eq!(
-            (clients.clients, clients.idle, clients.in_use),
-            (0, 0, 0),
-            "{clients:?}"
-        );
-        assert_eq!(
-            (channels.channels, channels.clients),
-            (0, 0),
-            "{channels:?}"
-        );
-        assert_eq!(self.knobs.live.load(Ordering::SeqCst), 0, "clients dropped");
-        assert_eq!(
-            self.live_channels.load(Ordering::SeqCst),
-            0,
-            "channels dropped"
-        );
-    }
-}
-
-fn channel_pool(
-    per_channel: usize,
-) -> (
-    quanta::Clock,
-    Arc<quanta::Mock>,
-    Arc<Channels>,
-    Arc<AtomicUsize>,
-) {
-    let (clock, mock) = quanta::Clock::mock();
-    let connector = Lazy::default();
-    let live = Arc::clone(&connector.live);
-    let pool = ChannelPool::builder(connector)
-        .max_clients_per_channel(per_channel)
-        .idle_timeout(IDLE)
-        .reap_interval(None)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    (clock, mock, pool, live)
-}
 
 // ---------------------------------------------------------------------------------------------
 // Channels
@@ -195,7 +23,7 @@ fn channel_pool(
 /// on a low channel is preferred over a higher one.
 #[test]
 fn channels_fill_lowest_first_and_open_lazily_when_full() {
-    let (_clock, _mock, pool, live) = channel_pool(2);
+    let (_time, pool, live) = channel_pool(2);
     let guards: Vec<_> = (0..5).map(|_| pool.get()).collect();
     let ids: Vec<u64> = guards.iter().map(|g| g.id()).collect();
     assert_eq!(
@@ -224,15 +52,15 @@ fn channels_fill_lowest_first_and_open_lazily_when_full() {
 /// Idle channels are reaped after the timeout (and not before); a held channel never is.
 #[test]
 fn idle_channels_are_reaped_and_held_ones_are_not() {
-    let (clock, mock, pool, live) = channel_pool(1);
+    let (time, pool, live) = channel_pool(1);
     let held = pool.get();
     let idle = pool.get();
     assert_eq!((held.id(), idle.id()), (0, 1));
     drop(idle);
-    mock.increment(IDLE - Duration::from_millis(5));
-    assert_eq!(pool.reap(clock.now()), 0, "not idle long enough");
-    mock.increment(Duration::from_millis(10));
-    assert_eq!(pool.reap(clock.now()), 1);
+    time.advance(IDLE - Duration::from_millis(5));
+    assert_eq!(pool.reap(time.now()), 0, "not idle long enough");
+    time.advance(Duration::from_millis(10));
+    assert_eq!(pool.reap(time.now()), 1);
     assert_eq!(
         live.load(Ordering::SeqCst),
         1,
@@ -241,78 +69,65 @@ fn idle_channels_are_reaped_and_held_ones_are_not() {
     let stats = pool.stats();
     assert_eq!((stats.channels, stats.clients, stats.reaps), (1, 1, 1));
     // The held channel stays however long it is held.
-    mock.increment(IDLE * 10);
-    assert_eq!(pool.reap(clock.now()), 0);
+    time.advance(IDLE * 10);
+    assert_eq!(pool.reap(time.now()), 0);
     // A reaped slot is reused for the next new channel.
     let next = pool.get();
     assert_eq!(next.id(), 1);
     assert_eq!(pool.stats().opened, 3);
     drop((held, next));
-    mock.increment(IDLE);
-    assert_eq!(pool.reap(clock.now()), 2);
+    time.advance(IDLE);
+    assert_eq!(pool.reap(time.now()), 2);
     assert_eq!(live.load(Ordering::SeqCst), 0);
 }
 
 /// A channel taken again just before a reap pass is not reaped: its release restamps it.
 #[test]
 fn a_channel_used_since_it_went_idle_is_not_reaped() {
-    let (clock, mock, pool, _live) = channel_pool(1);
+    let (time, pool, _live) = channel_pool(1);
     drop(pool.get());
-    mock.increment(IDLE * 2);
+    time.advance(IDLE * 2);
     let taken = pool.get();
     assert_eq!(taken.id(), 0, "the old channel is reused");
-    assert_eq!(pool.reap(clock.now()), 0, "held: never reaped");
+    assert_eq!(pool.reap(time.now()), 0, "held: never reaped");
     drop(taken);
     assert_eq!(
-        pool.reap(clock.now()),
+        pool.reap(time.now()),
         0,
         "just released: idle time restarts"
     );
-    mock.increment(IDLE);
-    assert_eq!(pool.reap(clock.now()), 1);
+    time.advance(IDLE);
+    assert_eq!(pool.reap(time.now()), 1);
 }
 
 /// The channel pool is lock-free and never waits, so it builds without a runtime when no
 /// background reaper is asked for, and with one it needs a runtime.
 #[test]
 fn channel_config_errors_are_typed() {
-    let zero = ChannelPool::builder(Lazy::default())
-        .max_clients_per_channel(0)
-        .reap_interval(None)
-        .build();
+    let builder = || ChannelPool::builder(Lazy::default());
+    let err = |b: ChannelPoolBuilder<Lazy>| build_error(b.build());
     assert_eq!(
-        zero.map(|_| ()).unwrap_err(),
+        err(builder().max_clients_per_channel(0).reap_interval(None)),
         ConfigError::Zero("max_clients_per_channel")
     );
-    let huge = ChannelPool::builder(Lazy::default())
-        .max_clients_per_channel(1 << 30)
-        .reap_interval(None)
-        .build();
     assert!(matches!(
-        huge.map(|_| ()).unwrap_err(),
+        err(builder()
+            .max_clients_per_channel(1 << 30)
+            .reap_interval(None)),
         ConfigError::TooLarge {
             name: "max_clients_per_channel",
             ..
         }
     ));
-    let zero_reap = ChannelPool::builder(Lazy::default())
-        .reap_interval(Some(Duration::ZERO))
-        .build();
     assert_eq!(
-        zero_reap.map(|_| ()).unwrap_err(),
+        err(builder().reap_interval(Some(Duration::ZERO))),
         ConfigError::Zero("reap_interval")
     );
-    let no_runtime = ChannelPool::builder(Lazy::default())
-        .reap_interval(Some(Duration::from_secs(1)))
-        .build();
     assert_eq!(
-        no_runtime.map(|_| ()).unwrap_err(),
+        err(builder().reap_interval(Some(Duration::from_secs(1)))),
         ConfigError::Missing("tokio runtime")
     );
-    assert!(ChannelPool::builder(Lazy::default())
-        .reap_interval(None)
-        .build()
-        .is_ok());
+    assert!(builder().reap_interval(None).build().is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -344,8 +159,8 @@ async fn idle_clients_are_reused_lowest_channel_first() {
     drop(c);
     let c = f.clients.acquire().await.unwrap();
     assert_eq!(c.channel_id(), 1);
-    f.mock.increment(IDLE);
-    let now = f.clock.now();
+    f.time.advance(IDLE);
+    let now = f.time.now();
     // Clients reused since (a, b, c) are held; the idle ones are the other client on channel 1
     // and both on channel 2.
     assert_eq!(f.clients.reap(now), 3);
@@ -400,13 +215,10 @@ async fn max_clients_waits_refuses_and_times_out() {
         .map(|_| ())
         .unwrap_err();
     assert!(matches!(err, ClientError::Timeout { waited } if waited == Duration::from_secs(1)));
-    let waiter = {
-        let clients = Arc::clone(&f.clients);
-        tokio::spawn(async move { clients.acquire().await.map(|g| g.slot()) })
-    };
-    while f.clients.stats().waiting == 0 {
-        tokio::task::yield_now().await;
-    }
+    let waiter = spawn_with(&f.clients, |clients| async move {
+        clients.acquire().await.map(|g| g.slot())
+    });
+    settle(|| f.clients.stats().waiting > 0).await;
     let slot_b = b.slot();
     drop(b);
     assert_eq!(
@@ -468,18 +280,13 @@ async fn a_cancelled_build_frees_capacity_and_blocks_nobody() {
     let f = Fixture::new(1, Some(2));
     let first = f.clients.acquire().await.unwrap();
     f.knobs.hang.store(true, Ordering::SeqCst);
-    let building = {
-        let clients = Arc::clone(&f.clients);
-        tokio::spawn(async move {
-            clients
-                .acquire_timeout(Duration::from_secs(5))
-                .await
-                .map(|_| ())
-        })
-    };
-    while f.channels.stats().clients < 2 {
-        tokio::task::yield_now().await;
-    }
+    let building = spawn_with(&f.clients, |clients| async move {
+        clients
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .map(|_| ())
+    });
+    settle(|| f.channels.stats().clients >= 2).await;
     // A build is in flight; returning and re-taking the idle client is not held up by it.
     drop(first);
     let again = f.clients.try_acquire().await.unwrap();
@@ -512,14 +319,14 @@ async fn nested_reaping_leaves_nothing() {
     drop(held);
     let stats = f.clients.stats();
     assert_eq!((stats.clients, stats.idle, stats.in_use), (5, 5, 0));
-    let now = f.clock.now();
+    let now = f.time.now();
     assert_eq!(
         (f.clients.reap(now), f.channels.reap(now)),
         (0, 0),
         "nothing idle long enough"
     );
-    f.mock.increment(IDLE + Duration::from_millis(1));
-    let now = f.clock.now();
+    f.time.advance(IDLE + Duration::from_millis(1));
+    let now = f.time.now();
     assert_eq!(f.clients.reap(now), 5);
     assert_eq!(f.channels.reap(now), 3);
     f.assert_all_reaped();
@@ -533,19 +340,19 @@ async fn a_reap_never_takes_a_just_acquired_client_or_its_channel() {
     let a = f.clients.acquire().await.unwrap();
     let b = f.clients.acquire().await.unwrap();
     drop((a, b));
-    f.mock.increment(IDLE * 3);
+    f.time.advance(IDLE * 3);
     // Both are long idle; one is taken right before the pass.
     let taken = f.clients.acquire().await.unwrap();
     assert_eq!(taken.channel_id(), 0);
-    let now = f.clock.now();
+    let now = f.time.now();
     assert_eq!(f.clients.reap(now), 1, "only the other one");
     assert_eq!(f.channels.reap(now), 1, "only the other one's channel");
     assert_eq!(f.channels.stats().channels, 1);
     drop(taken);
     // Just returned: idle time restarts now.
-    assert_eq!(f.clients.reap(f.clock.now()), 0);
-    f.mock.increment(IDLE);
-    let now = f.clock.now();
+    assert_eq!(f.clients.reap(f.time.now()), 0);
+    f.time.advance(IDLE);
+    let now = f.time.now();
     assert_eq!((f.clients.reap(now), f.channels.reap(now)), (1, 1));
     f.assert_all_reaped();
 }
@@ -556,13 +363,10 @@ async fn a_reap_never_takes_a_just_acquired_client_or_its_channel() {
 async fn close_wakes_waiters_and_drops_clients() {
     let f = Fixture::new(4, Some(1));
     let held = f.clients.acquire().await.unwrap();
-    let waiter = {
-        let clients = Arc::clone(&f.clients);
-        tokio::spawn(async move { clients.acquire().await.map(|_| ()) })
-    };
-    while f.clients.stats().waiting == 0 {
-        tokio::task::yield_now().await;
-    }
+    let waiter = spawn_with(&f.clients, |clients| async move {
+        clients.acquire().await.map(|_| ())
+    });
+    settle(|| f.clients.stats().waiting > 0).await;
     f.clients.close();
     assert!(matches!(waiter.await.unwrap(), Err(ClientError::Closed)));
     assert!(matches!(
@@ -579,14 +383,12 @@ async fn close_wakes_waiters_and_drops_clients() {
 /// `Weak`s, and a guard returned afterwards drops its client and releases its channel.
 #[tokio::test]
 async fn dropping_the_pools_ends_their_tasks() {
-    let connector = Lazy::default();
-    let live_channels = Arc::clone(&connector.live);
+    let (connector, live_channels) = Lazy::counted();
     let channels = ChannelPool::builder(connector)
         .reap_interval(Some(Duration::from_secs(3600)))
         .build()
         .unwrap();
-    let factory = Factory::default();
-    let knobs = Arc::clone(&factory.knobs);
+    let (factory, knobs) = Factory::steered();
     let clients = ClientPool::builder(Arc::clone(&channels), factory)
         .reap_interval(Some(Duration::from_secs(3600)))
         .build()
@@ -612,31 +414,22 @@ async fn dropping_the_pools_ends_their_tasks() {
 
 #[tokio::test]
 async fn client_config_errors_are_typed() {
-    let (_, _, channels, _) = channel_pool(1);
-    let zero = ClientPool::builder(Arc::clone(&channels), Factory::default())
-        .max_clients(Some(0))
-        .reap_interval(None)
-        .build();
+    let (_, channels, _) = channel_pool(1);
+    let builder = || ClientPool::builder(Arc::clone(&channels), Factory::default());
+    let err = |b: ClientPoolBuilder<Lazy, Factory>| build_error(b.build());
     assert_eq!(
-        zero.map(|_| ()).unwrap_err(),
+        err(builder().max_clients(Some(0)).reap_interval(None)),
         ConfigError::Zero("max_clients")
     );
-    let huge = ClientPool::builder(Arc::clone(&channels), Factory::default())
-        .max_clients(Some(usize::MAX))
-        .reap_interval(None)
-        .build();
     assert!(matches!(
-        huge.map(|_| ()).unwrap_err(),
+        err(builder().max_clients(Some(usize::MAX)).reap_interval(None)),
         ConfigError::TooLarge {
             name: "max_clients",
             ..
         }
     ));
-    let zero_reap = ClientPool::builder(channels, Factory::default())
-        .reap_interval(Some(Duration::ZERO))
-        .build();
     assert_eq!(
-        zero_reap.map(|_| ()).unwrap_err(),
+        err(builder().reap_interval(Some(Duration::ZERO))),
         ConfigError::Zero("reap_interval")
     );
 }
@@ -648,69 +441,53 @@ async fn client_config_errors_are_typed() {
 /// 32 tasks on 4 workers hammer a pool of 8 clients over channels of 3, with discards and
 /// reaps racing them: no client is ever used by two tasks at once, `max_clients` is never
 /// overshot, and at the end the books balance exactly and everything can be reaped.
-#[test]
-fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
     const TASKS: usize = 32;
     const ROUNDS: usize = 300;
     const MAX: usize = 8;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .build()
-        .unwrap();
     let f = Fixture::new(3, Some(MAX));
     let peak = Arc::new(AtomicUsize::new(0));
     let in_use = Arc::new(AtomicUsize::new(0));
-    rt.block_on(async {
-        let mut handles = Vec::new();
-        for task in 0..TASKS {
-            let clients = Arc::clone(&f.clients);
-            let (peak, in_use) = (Arc::clone(&peak), Arc::clone(&in_use));
-            handles.push(tokio::spawn(async move {
-                for round in 0..ROUNDS {
-                    let mut guard = clients.acquire().await.unwrap();
-                    let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
-                    peak.fetch_max(now, Ordering::SeqCst);
-                    assert!(
-                        !guard.in_use.swap(true, Ordering::SeqCst),
-                        "a client handed to two callers"
-                    );
-                    guard.uses += 1;
-                    if round % 4 == 0 {
-                        tokio::task::yield_now().await;
-                    }
-                    guard.in_use.store(false, Ordering::SeqCst);
-                    in_use.fetch_sub(1, Ordering::SeqCst);
-                    if (task + round) % 37 == 0 {
-                        guard.discard();
-                    }
-                }
-            }));
-        }
-        // A reaper racing the tasks with a clock that says everything idle is long idle.
-        let reaper = {
-            let (clients, channels, clock, mock) = (
-                Arc::clone(&f.clients),
-                Arc::clone(&f.channels),
-                f.clock.clone(),
-                Arc::clone(&f.mock),
-            );
-            tokio::spawn(async move {
-                let mut reaped = 0;
-                for _ in 0..200 {
-                    mock.increment(IDLE);
-                    let now = clock.now();
-                    reaped += clients.reap(now);
-                    channels.reap(now);
+    let mut handles = Vec::new();
+    for task in 0..TASKS {
+        let (peak, in_use) = (Arc::clone(&peak), Arc::clone(&in_use));
+        handles.push(spawn_with(&f.clients, move |clients| async move {
+            for round in 0..ROUNDS {
+                let mut guard = clients.acquire().await.unwrap();
+                let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                assert!(
+                    !guard.in_use.swap(true, Ordering::SeqCst),
+                    "a client handed to two callers"
+                );
+                guard.uses += 1;
+                if round % 4 == 0 {
                     tokio::task::yield_now().await;
                 }
-                reaped
-            })
-        };
-        for handle in handles {
-            handle.await.unwrap();
-        }
-        reaper.await.unwrap();
-    });
+                guard.in_use.store(false, Ordering::SeqCst);
+                in_use.fetch_sub(1, Ordering::SeqCst);
+                if (task + round) % 37 == 0 {
+                    guard.discard();
+                }
+            }
+        }));
+    }
+    // A reaper racing the tasks with a clock that says everything idle is long idle.
+    let reaper = {
+        let (channels, time) = (Arc::clone(&f.channels), f.time.clone());
+        spawn_with(&f.clients, move |clients| async move {
+            for _ in 0..200 {
+                time.advance(IDLE);
+                let now = time.now();
+                clients.reap(now);
+                channels.reap(now);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    join_all(handles).await;
+    reaper.await.unwrap();
     assert!(peak.load(Ordering::SeqCst) <= MAX, "max_clients overshot");
     let stats = f.clients.stats();
     assert_eq!((stats.in_use, stats.waiting), (0, 0), "{stats:?}");
@@ -727,8 +504,8 @@ fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
     let channels = f.channels.stats();
     assert_eq!(channels.clients, stats.clients as u64, "{channels:?}");
     assert_eq!(f.live_channels.load(Ordering::SeqCst), channels.channels);
-    f.mock.increment(IDLE * 2);
-    let now = f.clock.now();
+    f.time.advance(IDLE * 2);
+    let now = f.time.now();
     f.clients.reap(now);
     f.channels.reap(now);
     f.assert_all_reaped();

@@ -5,59 +5,19 @@
 //! then inhibits auto-advance), by explicit `tokio::time::advance`. Blocking closures are held
 //! open with channels, never sleeps.
 
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
-
-use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
-use slotpool::{ConfigError, Reach};
-
 #[cfg(feature = "metrics")]
 mod capture;
+mod common;
 
-const LONG: Duration = Duration::from_secs(3600);
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-fn one_slot_journal() -> Arc<Keyed<&'static str>> {
-    let keyed = Keyed::builder()
-        .share("journal", 1)
-        .alias("ledger", "journal")
-        .build();
-    match keyed {
-        Ok(keyed) => Arc::new(keyed),
-        Err(error) => panic!("valid configuration refused: {error}"),
-    }
-}
-
-/// Lets tasks spawned so far run until they block (register as waiters, reach a timer).
-async fn settle() {
-    for _ in 0..16 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// A blocking closure that reports when it starts and then holds its slot until released.
-struct Hold {
-    started: tokio::sync::oneshot::Receiver<()>,
-    release: mpsc::Sender<()>,
-}
-
-fn hold() -> (Hold, impl FnOnce() + Send + 'static) {
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let work = move || {
-        let _ = started_tx.send(());
-        // Returns when released or when the test drops the sender.
-        let _ = release_rx.recv();
-    };
-    (
-        Hold {
-            started: started_rx,
-            release: release_tx,
-        },
-        work,
-    )
-}
+use common::keyed::{hold, one_slot_journal, read_now, LONG};
+use common::logs::capture_logs;
+use common::{built, run_spawned, spawn_with};
+use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
+use slotpool::{ConfigError, Reach};
 
 // ---------------------------------------------------------------------------------------------
 // Refusal
@@ -97,15 +57,12 @@ async fn refusal_after_deadline_never_runs_the_closure() {
     assert_eq!(stats.as_ref().map(|s| (s.refusals, s.in_use)), Some((1, 1)));
 
     // A slot freed before the bound admits the waiter instead.
-    let waiter = {
-        let keyed = Arc::clone(&keyed);
-        tokio::spawn(async move {
-            keyed
-                .read(&"journal", bound, tracing::Span::none(), || 7)
-                .await
-        })
-    };
-    settle().await;
+    let waiter = spawn_with(&keyed, move |keyed| async move {
+        keyed
+            .read(&"journal", bound, tracing::Span::none(), || 7)
+            .await
+    });
+    run_spawned().await;
     tokio::time::advance(bound / 2).await;
     drop(held);
     let value = waiter
@@ -119,16 +76,9 @@ async fn refusal_after_deadline_never_runs_the_closure() {
 #[tokio::test(start_paused = true)]
 async fn zero_wait_is_a_single_attempt() {
     let keyed = one_slot_journal();
-    assert_eq!(
-        keyed
-            .read(&"journal", Duration::ZERO, tracing::Span::none(), || 1)
-            .await,
-        Ok(1)
-    );
+    assert_eq!(read_now(&keyed, "journal", 1).await, Ok(1));
     let _held = keyed.admit(&"journal", Duration::ZERO).await;
-    let refused = keyed
-        .read(&"journal", Duration::ZERO, tracing::Span::none(), || 2)
-        .await;
+    let refused = read_now(&keyed, "journal", 2).await;
     assert!(matches!(refused, Err(KeyedError::Refused { .. })));
 }
 
@@ -143,29 +93,25 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
     let keyed = one_slot_journal();
     let active = Arc::new(AtomicUsize::new(0));
     let overlapped = Arc::new(AtomicBool::new(false));
-    let track = |active: &Arc<AtomicUsize>, overlapped: &Arc<AtomicBool>| {
-        let (active, overlapped) = (Arc::clone(active), Arc::clone(overlapped));
-        move |inner: Box<dyn FnOnce() + Send>| {
+    // Mutates `key` in a task of its own, running `inner` and noting any overlap.
+    let spawn_tracked = |key: &'static str, wait: Duration, inner: Box<dyn FnOnce() + Send>| {
+        let (active, overlapped) = (Arc::clone(&active), Arc::clone(&overlapped));
+        let tracked = move || {
             if active.fetch_add(1, Ordering::SeqCst) != 0 {
                 overlapped.store(true, Ordering::SeqCst);
             }
             inner();
             active.fetch_sub(1, Ordering::SeqCst);
-        }
-    };
-
-    let (hold, work) = hold();
-    let first = {
-        let keyed = Arc::clone(&keyed);
-        let tracked = track(&active, &overlapped);
-        tokio::spawn(async move {
+        };
+        spawn_with(&keyed, move |keyed| async move {
             keyed
-                .mutate(&"journal", LONG, tracing::Span::none(), move || {
-                    tracked(Box::new(work))
-                })
+                .mutate(&key, wait, tracing::Span::none(), tracked)
                 .await
         })
     };
+
+    let (hold, work) = hold();
+    let first = spawn_tracked("journal", LONG, Box::new(work));
     let started = hold.started.await;
     assert!(started.is_ok(), "the first closure did not start");
 
@@ -176,21 +122,8 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
     assert_eq!(keyed.stats_for(&"journal").map(|s| s.in_use), Some(1));
 
     // A second call cannot get in while the first closure still runs.
-    let second = {
-        let keyed = Arc::clone(&keyed);
-        let tracked = track(&active, &overlapped);
-        tokio::spawn(async move {
-            keyed
-                .mutate(
-                    &"ledger",
-                    Duration::from_millis(30),
-                    tracing::Span::none(),
-                    move || tracked(Box::new(|| ())),
-                )
-                .await
-        })
-    };
-    settle().await;
+    let second = spawn_tracked("ledger", Duration::from_millis(30), Box::new(|| ()));
+    run_spawned().await;
     // The blocking closure inhibits auto-advance; move the paused clock past the bound.
     tokio::time::advance(Duration::from_millis(31)).await;
     let second = second
@@ -202,18 +135,8 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
     ));
 
     // A third call waits as long as it takes; it gets in only after the first closure ends.
-    let third = {
-        let keyed = Arc::clone(&keyed);
-        let tracked = track(&active, &overlapped);
-        tokio::spawn(async move {
-            keyed
-                .mutate(&"journal", LONG, tracing::Span::none(), move || {
-                    tracked(Box::new(|| ()))
-                })
-                .await
-        })
-    };
-    settle().await;
+    let third = spawn_tracked("journal", LONG, Box::new(|| ()));
+    run_spawned().await;
     assert_eq!(keyed.stats_for(&"journal").map(|s| s.waiting), Some(1));
     let _ = hold.release.send(());
     let third = third
@@ -275,14 +198,14 @@ async fn a_panic_frees_the_slot() {
 /// against it alone; an unrelated share is untouched.
 #[tokio::test(start_paused = true)]
 async fn aliased_keys_share_one_budget_and_refusals_name_the_caller() {
-    let built = Keyed::builder()
+    let keyed = Keyed::builder()
         .share("journal", 2)
         .alias("ledger", "journal")
         .alias("append", "journal")
         .share("index", 1)
         .max_blocking_threads(16)
         .build();
-    let keyed = built.unwrap_or_else(|e| panic!("valid configuration refused: {e}"));
+    let keyed = built(keyed);
 
     let a = keyed.admit(&"journal", LONG).await;
     let b = keyed.admit(&"append", LONG).await;
@@ -311,21 +234,11 @@ async fn aliased_keys_share_one_budget_and_refusals_name_the_caller() {
     }
 
     // Another share is untouched by the full one.
-    assert_eq!(
-        keyed
-            .read(&"index", Duration::ZERO, tracing::Span::none(), || 1)
-            .await,
-        Ok(1)
-    );
+    assert_eq!(read_now(&keyed, "index", 1).await, Ok(1));
 
     // Freeing one slot of the share admits any of its keys.
     drop(a);
-    assert_eq!(
-        keyed
-            .read(&"ledger", Duration::ZERO, tracing::Span::none(), || 2)
-            .await,
-        Ok(2)
-    );
+    assert_eq!(read_now(&keyed, "ledger", 2).await, Ok(2));
     drop(b);
     let order: Vec<&str> = keyed.stats().iter().map(|s| s.key).collect();
     assert_eq!(order, ["journal", "index", "ledger", "append"]);
@@ -357,24 +270,18 @@ async fn unregistered_key_is_not_run() {
 async fn close_refuses_waiters_and_lets_running_work_finish() {
     let keyed = one_slot_journal();
     let (hold, work) = hold();
-    let running = {
-        let keyed = Arc::clone(&keyed);
-        tokio::spawn(async move {
-            keyed
-                .mutate(&"journal", LONG, tracing::Span::none(), work)
-                .await
-        })
-    };
+    let running = spawn_with(&keyed, |keyed| async move {
+        keyed
+            .mutate(&"journal", LONG, tracing::Span::none(), work)
+            .await
+    });
     let _ = hold.started.await;
-    let waiter = {
-        let keyed = Arc::clone(&keyed);
-        tokio::spawn(async move {
-            keyed
-                .read(&"ledger", LONG, tracing::Span::none(), || ())
-                .await
-        })
-    };
-    settle().await;
+    let waiter = spawn_with(&keyed, |keyed| async move {
+        keyed
+            .read(&"ledger", LONG, tracing::Span::none(), || ())
+            .await
+    });
+    run_spawned().await;
     keyed.close();
     let waiter = waiter
         .await
@@ -443,46 +350,12 @@ async fn the_span_is_current_inside_the_closure() {
     assert!(tracing::Span::current().id().is_none());
 }
 
-/// A buffer the fmt subscriber writes into.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        let bytes = match self.0.lock() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut guard) => guard.extend_from_slice(buf),
-            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The refusal warning names the caller's key, its share and the wait bound, and carries no
 /// request contents (neither the closure's data nor the request span's fields).
 #[tokio::test(start_paused = true)]
 async fn a_refusal_log_carries_no_request_contents() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::TRACE)
-        .finish();
     // Thread-local: the refusal is logged on this (current-thread runtime's) thread.
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = capture_logs();
 
     let keyed = one_slot_journal();
     let _held = keyed.admit(&"journal", LONG).await;
@@ -680,18 +553,17 @@ fn bad_configurations_are_typed_errors() {
 /// was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_time_registration_is_safe_under_concurrent_lookups() {
-    let built = Keyed::builder()
+    let keyed = Keyed::builder()
         .share("journal".to_string(), 4)
         .max_blocking_threads(64)
         .build();
-    let keyed = Arc::new(built.unwrap_or_else(|e| panic!("valid configuration refused: {e}")));
+    let keyed = Arc::new(built(keyed));
     let stop = Arc::new(AtomicBool::new(false));
 
     let mut lookers = Vec::new();
     for _ in 0..4 {
-        let keyed = Arc::clone(&keyed);
         let stop = Arc::clone(&stop);
-        lookers.push(tokio::spawn(async move {
+        lookers.push(spawn_with(&keyed, |keyed| async move {
             let key = "journal".to_string();
             let mut admitted = 0u64;
             while !stop.load(Ordering::SeqCst) {
@@ -780,22 +652,17 @@ async fn run_time_registration_is_safe_under_concurrent_lookups() {
 mod metrics_export {
     use std::time::Duration;
 
-    use slotpool::keyed::{Keyed, KeyedError};
+    use slotpool::keyed::KeyedError;
 
     use crate::capture::Capture;
+    use crate::common::keyed::one_slot_journal;
 
     /// Per caller key: an in-use gauge that follows admissions, and a refusal counter; both
     /// labelled with the caller's key and its share.
     #[tokio::test(start_paused = true)]
     async fn gauge_and_counter_per_key() {
         let capture = Capture::default();
-        let keyed = metrics::with_local_recorder(&capture, || {
-            Keyed::builder()
-                .share("journal", 1)
-                .alias("ledger", "journal")
-                .build()
-        });
-        let keyed = keyed.unwrap_or_else(|e| panic!("valid configuration refused: {e}"));
+        let keyed = metrics::with_local_recorder(&capture, one_slot_journal);
         let journal_gauge = "slotpool_keyed_in_use{key=journal,share=journal}";
         let ledger_refusals = "slotpool_keyed_refusals_total{key=ledger,share=journal}";
 

@@ -7,35 +7,21 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::channel::{ChannelConnector, ChannelPool};
+use slotpool::channel::ChannelPool;
 use slotpool::client::ClientStats;
 use slotpool::metrics::{spawn_exporter, Export};
 use slotpool::session::SessionStats;
-use slotpool::stream::StreamPool;
 
 use capture::Capture;
-use common::{Req, Script};
-
-struct Lazy;
-
-impl ChannelConnector for Lazy {
-    type Channel = u64;
-    fn connect_lazy(&self, id: u64) -> u64 {
-        id
-    }
-}
+use common::channel::Lazy;
+use common::stream::{round_trip, Script};
 
 #[tokio::test]
 async fn stream_pool_stats_become_gauges_and_counters() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(4)
-        .build()
-        .unwrap();
+    let pool = script.pool(2, 4);
     for body in 0..3 {
-        let guard = pool.acquire().await.unwrap();
-        guard.send(Req::new(body)).await.unwrap();
+        round_trip(&pool, body).await;
     }
     let held = pool.acquire().await.unwrap();
     let capture = Capture::default();
@@ -129,7 +115,7 @@ fn exporter_follows_the_pool_and_ends_with_it() {
         .unwrap();
     metrics::with_local_recorder(&capture, || {
         runtime.block_on(async {
-            let channels = ChannelPool::builder(Lazy).build().unwrap();
+            let channels = ChannelPool::builder(Lazy::default()).build().unwrap();
             let weak = Arc::downgrade(&channels);
             let exporter = spawn_exporter("lazy", Duration::from_secs(10), move || {
                 weak.upgrade().map(|pool| pool.stats())

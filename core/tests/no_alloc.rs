@@ -5,12 +5,12 @@ mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::future::Future;
 use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 
+use common::poll_once;
+use common::stream::Script;
 use slotpool::slots::{Capacity, SlotTable};
-use slotpool::stream::StreamPool;
 use slotpool::Limit;
 
 struct Counting;
@@ -50,8 +50,9 @@ fn allocations_during(f: impl FnOnce()) -> u64 {
 
 #[tokio::test(flavor = "current_thread")]
 async fn stream_pool_acquire_and_release_allocate_nothing() {
-    let (script, _) = common::Script::echo();
-    let pool = StreamPool::builder(script.connector())
+    let (script, _) = Script::echo();
+    let pool = script
+        .builder()
         .max_streams(4)
         .max_queue_depth(8)
         .reap_interval(None)
@@ -60,12 +61,10 @@ async fn stream_pool_acquire_and_release_allocate_nothing() {
     // Warm up: the first acquire starts the stream (that allocates, once).
     drop(pool.try_acquire().unwrap());
     let _ = pool.stats();
-    let waker = Waker::noop();
     let n = allocations_during(|| {
         for _ in 0..1_000 {
             drop(pool.try_acquire().unwrap());
-            let mut acquire = pin!(pool.acquire());
-            match acquire.as_mut().poll(&mut Context::from_waker(waker)) {
+            match poll_once(pin!(pool.acquire())) {
                 Poll::Ready(guard) => drop(guard.unwrap()),
                 Poll::Pending => panic!("room was available"),
             }

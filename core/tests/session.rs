@@ -3,287 +3,19 @@
 //! opens, time is `quanta::Clock::mock()`, and "let the spawned work finish" is a bounded
 //! number of `yield_now`s on a current-thread runtime.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::session::{
-    Connector, LoopId, MemoryStore, Origin, SessionContext, SessionError, SessionPool,
-    SessionRecord, SessionStore, StoreOp,
+use common::session::{
+    assert_all_closed, assert_balanced, cancel_the_only_caller_mid_bootstrap, ctx, fake, held_pool,
+    pool, pool_on, seeded, settle_establishments, spawn_acquire, ArcStore, Fake, Flaky, FlakyStore,
 };
+use common::{build_error, join_all, run_spawned, settle, settle_until, spawn_with};
+use slotpool::session::{MemoryStore, Origin, SessionContext, SessionError, SessionPool, StoreOp};
 use slotpool::{ConfigError, Reach};
-use tokio::sync::{mpsc, Notify, Semaphore};
-
-// ----------------------------------------------------------------------------------------
-// Fakes
-// ----------------------------------------------------------------------------------------
-
-#[derive(Debug, thiserror::Error)]
-#[error("fake failure: {0}")]
-struct FakeError(&'static str);
-
-/// One fake connection: can be killed, fed events, and detects a double close.
-#[derive(Debug)]
-struct ConnState {
-    id: u64,
-    alive: AtomicBool,
-    closed: AtomicBool,
-    events_in: Mutex<Option<mpsc::UnboundedSender<String>>>,
-    events_out: tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>,
-}
-
-/// Permits for held bootstraps to proceed (none at first).
-struct Gate(Semaphore);
-
-impl Default for Gate {
-    fn default() -> Self {
-        Gate(Semaphore::new(0))
-    }
-}
-
-#[derive(Default)]
-struct Counts {
-    opened: AtomicU64,
-    closed: AtomicU64,
-    connect_calls: AtomicU64,
-    bootstrap_calls: AtomicU64,
-    reattach_calls: AtomicU64,
-    /// Upcoming calls that fail, per operation.
-    fail_connect: AtomicU64,
-    fail_bootstrap: AtomicU64,
-    fail_reattach: AtomicU64,
-    /// When set, bootstrap announces itself on `entered` and waits for a `proceed` permit.
-    hold_bootstrap: AtomicBool,
-    entered: Notify,
-    proceed: Gate,
-    next_loop: AtomicU64,
-    conns: Mutex<Vec<Arc<ConnState>>>,
-}
-
-impl Counts {
-    fn take_failure(counter: &AtomicU64) -> bool {
-        counter
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    }
-
-    fn opened(&self) -> u64 {
-        self.opened.load(Ordering::SeqCst)
-    }
-
-    fn closed(&self) -> u64 {
-        self.closed.load(Ordering::SeqCst)
-    }
-
-    fn conn(&self, id: u64) -> Arc<ConnState> {
-        let conns = self.conns.lock().unwrap();
-        conns
-            .iter()
-            .find(|c| c.id == id)
-            .cloned()
-            .expect("test asked for a connection it opened")
-    }
-}
-
-#[derive(Clone, Default)]
-struct Fake(Arc<Counts>);
-
-impl Connector for Fake {
-    type Conn = Arc<ConnState>;
-    type Event = String;
-    type Error = FakeError;
-
-    fn connect(&self) -> impl Future<Output = Result<Arc<ConnState>, FakeError>> + Send {
-        let counts = Arc::clone(&self.0);
-        async move {
-            counts.connect_calls.fetch_add(1, Ordering::SeqCst);
-            if Counts::take_failure(&counts.fail_connect) {
-                return Err(FakeError("connect"));
-            }
-            let id = counts.opened.fetch_add(1, Ordering::SeqCst);
-            let (tx, rx) = mpsc::unbounded_channel();
-            let conn = Arc::new(ConnState {
-                id,
-                alive: AtomicBool::new(true),
-                closed: AtomicBool::new(false),
-                events_in: Mutex::new(Some(tx)),
-                events_out: tokio::sync::Mutex::new(rx),
-            });
-            counts.conns.lock().unwrap().push(Arc::clone(&conn));
-            Ok(conn)
-        }
-    }
-
-    fn bootstrap(
-        &self,
-        _conn: &Arc<ConnState>,
-        session: &str,
-        _ctx: &SessionContext,
-    ) -> impl Future<Output = Result<LoopId, FakeError>> + Send {
-        let counts = Arc::clone(&self.0);
-        let session = session.to_string();
-        async move {
-            counts.bootstrap_calls.fetch_add(1, Ordering::SeqCst);
-            if counts.hold_bootstrap.load(Ordering::SeqCst) {
-                counts.entered.notify_one();
-                counts
-                    .proceed
-                    .0
-                    .acquire()
-                    .await
-                    .expect("never closed")
-                    .forget();
-            }
-            if Counts::take_failure(&counts.fail_bootstrap) {
-                return Err(FakeError("bootstrap"));
-            }
-            let n = counts.next_loop.fetch_add(1, Ordering::SeqCst);
-            Ok(LoopId::new(format!("loop-{session}-{n}")))
-        }
-    }
-
-    fn reattach(
-        &self,
-        _conn: &Arc<ConnState>,
-        _loop_id: &LoopId,
-    ) -> impl Future<Output = Result<(), FakeError>> + Send {
-        let counts = Arc::clone(&self.0);
-        async move {
-            counts.reattach_calls.fetch_add(1, Ordering::SeqCst);
-            if Counts::take_failure(&counts.fail_reattach) {
-                return Err(FakeError("reattach"));
-            }
-            Ok(())
-        }
-    }
-
-    fn is_alive(&self, conn: &Arc<ConnState>) -> bool {
-        conn.alive.load(Ordering::SeqCst)
-    }
-
-    fn next_event(&self, conn: &Arc<ConnState>) -> impl Future<Output = Option<String>> + Send {
-        let conn = Arc::clone(conn);
-        async move { conn.events_out.lock().await.recv().await }
-    }
-
-    fn close(&self, conn: &Arc<ConnState>) {
-        assert!(
-            !conn.closed.swap(true, Ordering::SeqCst),
-            "connection {} closed twice",
-            conn.id
-        );
-        self.0.closed.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// A store that fails on demand, in front of a `MemoryStore`.
-#[derive(Default)]
-struct FlakyStore {
-    inner: MemoryStore,
-    fail_lookup: AtomicU64,
-    fail_save: AtomicU64,
-}
-
-/// The pool's handle on a shared `FlakyStore`.
-struct Flaky(Arc<FlakyStore>);
-
-impl SessionStore for Flaky {
-    type Error = FakeError;
-
-    fn loop_id(
-        &self,
-        session: &str,
-    ) -> impl Future<Output = Result<Option<LoopId>, FakeError>> + Send {
-        let result = if Counts::take_failure(&self.0.fail_lookup) {
-            Err(FakeError("lookup"))
-        } else {
-            Ok(self.0.inner.record(session).map(|r| r.loop_id))
-        };
-        std::future::ready(result)
-    }
-
-    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), FakeError>> + Send {
-        let result = if Counts::take_failure(&self.0.fail_save) {
-            Err(FakeError("save"))
-        } else {
-            self.0.inner.insert(record);
-            Ok(())
-        };
-        std::future::ready(result)
-    }
-
-    fn touch(&self, _session: &str) -> impl Future<Output = Result<(), FakeError>> + Send {
-        std::future::ready(Ok(()))
-    }
-}
-
-// ----------------------------------------------------------------------------------------
-// Helpers
-// ----------------------------------------------------------------------------------------
-
-fn ctx() -> SessionContext {
-    SessionContext::new("ws", "user")
-}
-
-/// A pool with a mock clock and no background reaper.
-fn pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>, Arc<quanta::Mock>) {
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let (clock, mock) = quanta::Clock::mock();
-    let pool = SessionPool::builder(fake)
-        .pool_size(size)
-        .max_idle_time(Duration::from_secs(10))
-        .clock(clock)
-        .reap_every(None)
-        .build()
-        .expect("valid configuration");
-    (pool, counts, mock)
-}
-
-/// Lets spawned tasks run until no establishment is in flight (current-thread runtime).
-async fn settle<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>) {
-    for _ in 0..10_000 {
-        if pool.stats().establishing == 0 {
-            // One more round so tasks woken by the last completion reach their end.
-            for _ in 0..8 {
-                tokio::task::yield_now().await;
-            }
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("establishments did not settle: {:?}", pool.stats());
-}
-
-/// Lets every spawned task run up to its next await.
-async fn run_spawned() {
-    for _ in 0..16 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// The accounting every test ends with: capacity held exactly by active sessions, and every
-/// connection opened is either closed or live.
-fn assert_balanced<C: Connector, S: SessionStore>(pool: &SessionPool<C, S>, counts: &Counts) {
-    let stats = pool.stats();
-    assert_eq!(stats.establishing, 0, "{stats:?}");
-    assert_eq!(
-        stats.in_use, stats.active,
-        "capacity held by exactly the active sessions: {stats:?}"
-    );
-    assert_eq!(
-        counts.opened(),
-        counts.closed() + stats.active as u64 + stats.idle as u64,
-        "opened == closed + live: {stats:?}"
-    );
-}
-
-fn held_pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>) {
-    let (pool, counts, _mock) = pool(size);
-    counts.hold_bootstrap.store(true, Ordering::SeqCst);
-    (pool, counts)
-}
 
 // ----------------------------------------------------------------------------------------
 // Configuration
@@ -291,50 +23,42 @@ fn held_pool(size: usize) -> (SessionPool<Fake>, Arc<Counts>) {
 
 #[test]
 fn builder_rejects_bad_values() {
-    let err = |b: slotpool::session::SessionPoolBuilder<Fake>| {
-        b.reap_every(None).build().map(|_| ()).unwrap_err()
-    };
+    let builder = || SessionPool::builder(Fake::default());
+    let err = |b: slotpool::session::SessionPoolBuilder<Fake>| build_error(b.build());
+    let no_reaper = || builder().reap_every(None);
     assert_eq!(
-        err(SessionPool::builder(Fake::default()).pool_size(0)),
+        err(no_reaper().pool_size(0)),
         ConfigError::Zero("pool_size")
     );
     assert_eq!(
-        err(SessionPool::builder(Fake::default()).max_idle_time(Duration::ZERO)),
+        err(no_reaper().max_idle_time(Duration::ZERO)),
         ConfigError::Zero("max_idle_time")
     );
     assert!(matches!(
-        err(SessionPool::builder(Fake::default())
-            .pool_size(2)
-            .prewarm(3)),
+        err(no_reaper().pool_size(2).prewarm(3)),
         ConfigError::Inverted { low: "prewarm", .. }
     ));
     assert!(matches!(
-        err(SessionPool::builder(Fake::default()).pool_size(usize::MAX)),
+        err(no_reaper().pool_size(usize::MAX)),
         ConfigError::TooLarge {
             name: "pool_size",
             ..
         }
     ));
-    let zero_reap = SessionPool::builder(Fake::default())
-        .reap_every(Some(Duration::ZERO))
-        .build();
     assert_eq!(
-        zero_reap.map(|_| ()).unwrap_err(),
+        err(builder().reap_every(Some(Duration::ZERO))),
         ConfigError::Zero("reap_every")
     );
     // An explicit reaper needs a runtime to run on; outside one that is a typed error.
-    let no_runtime = SessionPool::builder(Fake::default())
-        .reap_every(Some(Duration::from_secs(1)))
-        .build();
     assert!(matches!(
-        no_runtime.map(|_| ()).unwrap_err(),
+        err(builder().reap_every(Some(Duration::from_secs(1)))),
         ConfigError::Missing(_)
     ));
 }
 
 #[tokio::test]
 async fn connections_are_lazy() {
-    let (pool, counts, _mock) = pool(1000);
+    let (pool, counts, _time) = pool(1000);
     assert_eq!(
         counts.opened(),
         0,
@@ -349,13 +73,13 @@ async fn connections_are_lazy() {
 
 #[tokio::test]
 async fn hot_acquire_returns_the_same_connection() {
-    let (pool, counts, _mock) = pool(4);
+    let (pool, counts, _time) = pool(4);
     let first = pool.acquire("s", &ctx()).await.unwrap();
     assert_eq!(first.origin(), Origin::Bootstrapped);
     let again = pool.acquire("s", &ctx()).await.unwrap();
     assert!(first.same_connection(&again));
-    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1);
+    assert_eq!(counts.bootstraps(), 1);
     let stats = pool.stats();
     assert_eq!((stats.active, stats.in_use, stats.bootstraps), (1, 1, 1));
     assert_balanced(&pool, &counts);
@@ -364,12 +88,7 @@ async fn hot_acquire_returns_the_same_connection() {
 #[tokio::test]
 async fn bootstrap_persists_the_new_loop_id() {
     let store = Arc::new(MemoryStore::new());
-    let fake = Fake::default();
-    let pool = SessionPool::builder(fake)
-        .store(ArcStore(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
+    let (pool, _counts) = pool_on(None, ArcStore(Arc::clone(&store)));
     let session = pool
         .acquire("s", &SessionContext::new("w1", "alice"))
         .await
@@ -382,51 +101,13 @@ async fn bootstrap_persists_the_new_loop_id() {
     );
 }
 
-/// Lets a test keep a handle on the `MemoryStore` the pool uses.
-struct ArcStore(Arc<MemoryStore>);
-
-impl SessionStore for ArcStore {
-    type Error = std::convert::Infallible;
-    fn loop_id(
-        &self,
-        session: &str,
-    ) -> impl Future<Output = Result<Option<LoopId>, Self::Error>> + Send {
-        self.0.loop_id(session)
-    }
-    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.save(record)
-    }
-    fn touch(&self, session: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.touch(session)
-    }
-}
-
-fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<MemoryStore>) {
-    let store = Arc::new(MemoryStore::new());
-    store.insert(SessionRecord {
-        session: "s".into(),
-        loop_id: LoopId::new(loop_id),
-        workspace: "ws".into(),
-        user: "user".into(),
-    });
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let pool = SessionPool::builder(fake)
-        .pool_size(4)
-        .store(ArcStore(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
-    (pool, counts, store)
-}
-
 #[tokio::test]
 async fn stored_loop_is_reattached() {
     let (pool, counts, store) = seeded("loop-old");
     let session = pool.acquire("s", &ctx()).await.unwrap();
     assert_eq!(session.origin(), Origin::Reattached);
     assert_eq!(session.loop_id().as_str(), "loop-old");
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(counts.bootstraps(), 0);
     assert_eq!(store.touches(), 1, "a reattach touches the record");
     assert_eq!(pool.stats().reattaches, 1);
     assert_balanced(&pool, &counts);
@@ -438,7 +119,7 @@ async fn placeholder_loop_ids_are_bootstrapped() {
         let (pool, counts, store) = seeded(placeholder);
         let session = pool.acquire("s", &ctx()).await.unwrap();
         assert_eq!(session.origin(), Origin::Bootstrapped);
-        assert_eq!(counts.reattach_calls.load(Ordering::SeqCst), 0);
+        assert_eq!(counts.reattaches(), 0);
         assert_eq!(store.record("s").unwrap().loop_id, *session.loop_id());
     }
 }
@@ -460,14 +141,13 @@ async fn failed_reattach_falls_back_to_bootstrap() {
 
 #[tokio::test]
 async fn events_reach_the_caller_in_order() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
     let mut events = session
         .take_events()
         .expect("first taker gets the receiver");
     assert!(session.take_events().is_none(), "only one receiver");
-    let conn = counts.conn(session.connection().id);
-    let sender = conn.events_in.lock().unwrap().clone().unwrap();
+    let sender = counts.events_sender(session.connection().id);
     for i in 0..5 {
         sender.send(format!("e{i}")).unwrap();
     }
@@ -483,10 +163,9 @@ async fn events_reach_the_caller_in_order() {
 /// events wait in it for the caller, in order.
 #[tokio::test]
 async fn events_sent_before_the_receiver_is_taken_are_kept() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
-    let conn = counts.conn(session.connection().id);
-    let sender = conn.events_in.lock().unwrap().clone().unwrap();
+    let sender = counts.events_sender(session.connection().id);
     for i in 0..3 {
         sender.send(format!("e{i}")).unwrap();
     }
@@ -509,51 +188,23 @@ async fn events_sent_before_the_receiver_is_taken_are_kept() {
 /// before any event), or only after.
 #[tokio::test]
 async fn a_taken_receiver_sees_the_stream_end() {
-    let (pool, counts, _mock) = pool(3);
+    let (pool, counts, _time) = pool(3);
     // Taken before any event: the channel opens now; the reader's end closes it.
     let early = pool.acquire("early", &ctx()).await.unwrap();
     let mut events = early.take_events().expect("receiver");
-    counts
-        .conn(early.connection().id)
-        .events_in
-        .lock()
-        .unwrap()
-        .take();
+    counts.end_events(early.connection().id, &[]);
     assert_eq!(events.recv().await, None, "closed when the reader ends");
     // Taken after the reader ended, with one event delivered before the end.
     let late = pool.acquire("late", &ctx()).await.unwrap();
-    let conn = counts.conn(late.connection().id);
-    conn.events_in
-        .lock()
-        .unwrap()
-        .take()
-        .expect("sender")
-        .send("last".to_string())
-        .unwrap();
-    for _ in 0..10_000 {
-        if !late.is_open() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(!late.is_open(), "the reader ended");
+    counts.end_events(late.connection().id, &["last"]);
+    settle_until("the reader ended", || !late.is_open()).await;
     let mut events = late.take_events().expect("receiver");
     assert_eq!(events.recv().await.as_deref(), Some("last"));
     assert_eq!(events.recv().await, None);
     // Taken after the reader ended without any event: closed and empty.
     let quiet = pool.acquire("quiet", &ctx()).await.unwrap();
-    counts
-        .conn(quiet.connection().id)
-        .events_in
-        .lock()
-        .unwrap()
-        .take();
-    for _ in 0..10_000 {
-        if !quiet.is_open() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    counts.end_events(quiet.connection().id, &[]);
+    settle(|| !quiet.is_open()).await;
     let mut events = quiet.take_events().expect("receiver");
     assert_eq!(events.recv().await, None);
     assert_balanced(&pool, &counts);
@@ -566,27 +217,17 @@ async fn a_taken_receiver_sees_the_stream_end() {
 #[tokio::test]
 async fn concurrent_acquires_share_one_establishment() {
     let (pool, counts) = held_pool(4);
-    let pool = Arc::new(pool);
-    let tasks: Vec<_> = (0..16)
-        .map(|_| {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-        })
-        .collect();
-    counts.entered.notified().await;
+    let tasks: Vec<_> = (0..16).map(|_| spawn_acquire(&pool, "s")).collect();
+    counts.bootstrap_entered().await;
     run_spawned().await;
-    counts.proceed.0.add_permits(1);
-    let sessions: Vec<_> = futures_join(tasks)
+    counts.let_bootstrap_proceed();
+    let sessions: Vec<_> = join_all(tasks)
         .await
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
-    assert_eq!(
-        counts.connect_calls.load(Ordering::SeqCst),
-        1,
-        "one connect for 16 callers"
-    );
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1, "one connect for 16 callers");
+    assert_eq!(counts.bootstraps(), 1);
     assert!(
         sessions.iter().all(|s| s.same_connection(&sessions[0])),
         "all get the same connection"
@@ -598,36 +239,22 @@ async fn concurrent_acquires_share_one_establishment() {
 async fn a_failed_establishment_reaches_every_caller() {
     let (pool, counts) = held_pool(4);
     counts.fail_bootstrap.store(1, Ordering::SeqCst);
-    let pool = Arc::new(pool);
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-        })
-        .collect();
-    counts.entered.notified().await;
+    let tasks: Vec<_> = (0..8).map(|_| spawn_acquire(&pool, "s")).collect();
+    counts.bootstrap_entered().await;
     run_spawned().await;
-    counts.proceed.0.add_permits(1);
-    for result in futures_join(tasks).await {
+    counts.let_bootstrap_proceed();
+    for result in join_all(tasks).await {
         let err = result.unwrap_err();
         assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
         assert_eq!(err.reach(), Reach::MaybeApplied);
     }
     assert_eq!(
-        counts.bootstrap_calls.load(Ordering::SeqCst),
+        counts.bootstraps(),
         1,
         "the failure was shared, not retried"
     );
     assert_eq!(pool.stats().in_use, 0);
     assert_balanced(&pool, &counts);
-}
-
-async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
-    let mut out = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        out.push(task.await.expect("task did not panic"));
-    }
-    out
 }
 
 // ----------------------------------------------------------------------------------------
@@ -636,7 +263,7 @@ async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
 
 #[tokio::test]
 async fn connect_failure_returns_capacity() {
-    let (pool, counts, _mock) = pool(1);
+    let (pool, counts, _time) = pool(1);
     counts.fail_connect.store(1, Ordering::SeqCst);
     let err = pool.acquire("s", &ctx()).await.unwrap_err();
     assert!(matches!(err, SessionError::Connect { .. }), "{err:?}");
@@ -650,7 +277,7 @@ async fn connect_failure_returns_capacity() {
 
 #[tokio::test]
 async fn bootstrap_failure_closes_the_connection_and_returns_capacity() {
-    let (pool, counts, _mock) = pool(1);
+    let (pool, counts, _time) = pool(1);
     counts.fail_bootstrap.store(1, Ordering::SeqCst);
     let err = pool.acquire("s", &ctx()).await.unwrap_err();
     assert!(matches!(err, SessionError::Bootstrap { .. }), "{err:?}");
@@ -676,22 +303,14 @@ async fn reattach_failure_then_bootstrap_failure() {
         "loop-old",
         "nothing new persisted"
     );
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 1);
     assert_balanced(&pool, &counts);
 }
 
 #[tokio::test]
 async fn store_failures_return_capacity() {
     let store = Arc::new(FlakyStore::default());
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
-    let pool = SessionPool::builder(fake)
-        .pool_size(1)
-        .store(Flaky(Arc::clone(&store)))
-        .reap_every(None)
-        .build()
-        .unwrap();
+    let (pool, counts) = pool_on(1, Flaky(Arc::clone(&store)));
 
     store.fail_lookup.store(1, Ordering::SeqCst);
     let err = pool.acquire("s", &ctx()).await.unwrap_err();
@@ -706,7 +325,7 @@ async fn store_failures_return_capacity() {
         "{err:?}"
     );
     assert_eq!(err.reach(), Reach::NotSent);
-    assert_eq!(counts.bootstrap_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(counts.bootstraps(), 0);
     assert_balanced(&pool, &counts);
 
     store.fail_save.store(1, Ordering::SeqCst);
@@ -726,8 +345,7 @@ async fn store_failures_return_capacity() {
         Reach::MaybeApplied,
         "the loop exists but is unrecorded"
     );
-    assert_eq!((counts.opened(), counts.closed()), (2, 2));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 2);
     assert_balanced(&pool, &counts);
 
     pool.acquire("s", &ctx()).await.unwrap();
@@ -736,7 +354,7 @@ async fn store_failures_return_capacity() {
 
 #[tokio::test]
 async fn exhausted_without_waiting() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     pool.acquire("a", &ctx()).await.unwrap();
     pool.acquire("b", &ctx()).await.unwrap();
     let err = pool.acquire("c", &ctx()).await.unwrap_err();
@@ -745,11 +363,7 @@ async fn exhausted_without_waiting() {
         "{err:?}"
     );
     assert_eq!(err.reach(), Reach::NotSent);
-    assert_eq!(
-        counts.connect_calls.load(Ordering::SeqCst),
-        2,
-        "no connect for a refused session"
-    );
+    assert_eq!(counts.connects(), 2, "no connect for a refused session");
     // Existing sessions still take the hot path while the pool is full.
     pool.acquire("a", &ctx()).await.unwrap();
     assert!(pool.release("b"));
@@ -761,27 +375,22 @@ async fn exhausted_without_waiting() {
 #[tokio::test]
 async fn cancelled_leader_mid_bootstrap_still_completes_for_followers() {
     let (pool, counts) = held_pool(2);
-    let pool = Arc::new(pool);
-    let spawn = |pool: &Arc<SessionPool<Fake>>| {
-        let pool = Arc::clone(pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    let leader = spawn(&pool);
-    counts.entered.notified().await;
-    let follower = spawn(&pool);
+    let leader = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
+    let follower = spawn_acquire(&pool, "s");
     run_spawned().await;
     leader.abort();
     assert!(leader.await.unwrap_err().is_cancelled());
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     let session = follower
         .await
         .unwrap()
         .expect("the leader's cancellation does not fail followers");
-    settle(&pool).await;
+    settle_establishments(&pool).await;
     // The establishment was cached: the next acquire is hot, no second connect.
     let again = pool.acquire("s", &ctx()).await.unwrap();
     assert!(again.same_connection(&session));
-    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1);
     assert_eq!(pool.stats().in_use, 1);
     assert_balanced(&pool, &counts);
     assert!(pool.release("s"));
@@ -793,34 +402,15 @@ async fn cancelled_leader_mid_bootstrap_still_completes_for_followers() {
 async fn cancelled_caller_mid_bootstrap_failure_returns_capacity_once() {
     let (pool, counts) = held_pool(1);
     counts.fail_bootstrap.store(1, Ordering::SeqCst);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
-    caller.abort();
-    let _ = caller.await;
-    counts.proceed.0.add_permits(1);
-    settle(&pool).await;
-    assert_eq!(pool.stats().in_use, 0);
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    cancel_the_only_caller_mid_bootstrap(&pool, &counts).await;
+    assert_all_closed(&pool, &counts, 1);
     assert_balanced(&pool, &counts);
 }
 
 #[tokio::test]
 async fn cancelled_sole_caller_leaves_the_session_active() {
     let (pool, counts) = held_pool(1);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
-    caller.abort();
-    let _ = caller.await;
-    counts.proceed.0.add_permits(1);
-    settle(&pool).await;
+    cancel_the_only_caller_mid_bootstrap(&pool, &counts).await;
     let stats = pool.stats();
     assert_eq!(
         (stats.active, stats.in_use),
@@ -829,7 +419,7 @@ async fn cancelled_sole_caller_leaves_the_session_active() {
     );
     assert_balanced(&pool, &counts);
     pool.acquire("s", &ctx()).await.unwrap();
-    assert_eq!(counts.connect_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.connects(), 1);
 }
 
 #[test]
@@ -839,14 +429,11 @@ fn runtime_shutdown_mid_bootstrap_returns_capacity() {
         .unwrap();
     let (pool, counts) = {
         let _guard = runtime.enter();
-        held_pool(1)
+        let (pool, counts) = held_pool(1);
+        spawn_acquire(&pool, "s");
+        (pool, counts)
     };
-    let pool = Arc::new(pool);
-    {
-        let pool = Arc::clone(&pool);
-        runtime.spawn(async move { pool.acquire("s", &ctx()).await });
-    }
-    runtime.block_on(counts.entered.notified());
+    runtime.block_on(counts.bootstrap_entered());
     // Dropping the runtime drops the establishment task mid-bootstrap.
     drop(runtime);
     let stats = pool.stats();
@@ -861,71 +448,49 @@ fn runtime_shutdown_mid_bootstrap_returns_capacity() {
 #[tokio::test]
 async fn release_during_establishment_closes_the_new_connection() {
     let (pool, counts) = held_pool(1);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
+    let caller = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
     assert!(pool.release("s"), "an establishing session can be released");
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     let err = caller.await.unwrap().unwrap_err();
     assert!(matches!(err, SessionError::Released { .. }), "{err:?}");
     assert_eq!(err.reach(), Reach::MaybeApplied);
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 1);
     assert_balanced(&pool, &counts);
 }
 
-#[test]
-fn release_racing_acquire_keeps_exact_accounting() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (pool, counts, _mock) = pool(4);
-        let pool = Arc::new(pool);
-        for round in 0..300 {
-            let session = format!("s{}", round % 3);
-            let acquirer = {
-                let (pool, session) = (Arc::clone(&pool), session.clone());
-                tokio::spawn(async move { pool.acquire(&session, &ctx()).await })
-            };
-            let releaser = {
-                let (pool, session) = (Arc::clone(&pool), session.clone());
-                tokio::spawn(async move { pool.release(&session) })
-            };
-            match acquirer.await.unwrap() {
-                Ok(_) | Err(SessionError::Released { .. }) => {}
-                Err(other) => panic!("unexpected {other:?}"),
-            }
-            releaser.await.unwrap();
-            let stats = pool.stats();
-            assert!(stats.in_use <= 4);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_racing_acquire_keeps_exact_accounting() {
+    let (pool, counts, _time) = pool(4);
+    let pool = Arc::new(pool);
+    for round in 0..300 {
+        let session = format!("s{}", round % 3);
+        let acquirer = spawn_acquire(&pool, &session);
+        let releaser = spawn_with(&pool, move |pool| async move { pool.release(&session) });
+        match acquirer.await.unwrap() {
+            Ok(_) | Err(SessionError::Released { .. }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
         }
-        // Let the last establishments finish, then release everything.
-        for _ in 0..10_000 {
-            if pool.stats().establishing == 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        for s in 0..3 {
-            pool.release(&format!("s{s}"));
-        }
+        releaser.await.unwrap();
         let stats = pool.stats();
-        assert_eq!(
-            (stats.in_use, stats.active, stats.establishing),
-            (0, 0, 0),
-            "{stats:?}"
-        );
-        assert_eq!(
-            counts.opened(),
-            counts.closed(),
-            "every connection closed exactly once"
-        );
-    });
+        assert!(stats.in_use <= 4);
+    }
+    // Let the last establishments finish, then release everything.
+    settle(|| pool.stats().establishing == 0).await;
+    for s in 0..3 {
+        pool.release(&format!("s{s}"));
+    }
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.in_use, stats.active, stats.establishing),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        counts.opened(),
+        counts.closed(),
+        "every connection closed exactly once"
+    );
 }
 
 // ----------------------------------------------------------------------------------------
@@ -934,7 +499,7 @@ fn release_racing_acquire_keeps_exact_accounting() {
 
 #[tokio::test]
 async fn dead_connection_is_rebuilt() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
     counts
         .conn(old.connection().id)
@@ -950,22 +515,11 @@ async fn dead_connection_is_rebuilt() {
 
 #[tokio::test]
 async fn ended_event_stream_marks_the_session_dead() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
     // Ending the connection's event stream ends its reader.
-    counts
-        .conn(old.connection().id)
-        .events_in
-        .lock()
-        .unwrap()
-        .take();
-    for _ in 0..10_000 {
-        if !old.is_open() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(!old.is_open(), "the reader ended");
+    counts.end_events(old.connection().id, &[]);
+    settle_until("the reader ended", || !old.is_open()).await;
     let new = pool.acquire("s", &ctx()).await.unwrap();
     assert!(!new.same_connection(&old));
     assert_balanced(&pool, &counts);
@@ -973,15 +527,15 @@ async fn ended_event_stream_marks_the_session_dead() {
 
 #[tokio::test]
 async fn stale_session_is_rebuilt() {
-    let (pool, counts, mock) = pool(2);
+    let (pool, counts, time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
-    mock.increment(Duration::from_secs(10));
+    time.advance(Duration::from_secs(10));
     let same = pool.acquire("s", &ctx()).await.unwrap();
     assert!(
         same.same_connection(&old),
         "exactly max_idle_time is still fresh"
     );
-    mock.increment(Duration::from_secs(10) + Duration::from_nanos(1));
+    time.advance(Duration::from_secs(10) + Duration::from_nanos(1));
     let new = pool.acquire("s", &ctx()).await.unwrap();
     assert!(
         !new.same_connection(&old),
@@ -998,13 +552,13 @@ async fn stale_session_is_rebuilt() {
 
 #[tokio::test]
 async fn reaper_closes_idle_sessions_only() {
-    let (pool, counts, mock) = pool(4);
+    let (pool, counts, time) = pool(4);
     for s in ["a", "b", "c"] {
         pool.acquire(s, &ctx()).await.unwrap();
     }
-    mock.increment(Duration::from_secs(6));
+    time.advance(Duration::from_secs(6));
     pool.acquire("b", &ctx()).await.unwrap();
-    mock.increment(Duration::from_secs(6));
+    time.advance(Duration::from_secs(6));
     let now = pool.clock().now();
     assert_eq!(pool.reap(now), 2, "a and c are 12 s idle, b 6 s");
     let stats = pool.stats();
@@ -1023,7 +577,7 @@ async fn reaper_closes_idle_sessions_only() {
 
 #[tokio::test]
 async fn release_and_reset_close_and_return_capacity() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
     assert!(pool.release("s"));
     assert!(!session.is_open());
@@ -1038,13 +592,12 @@ async fn release_and_reset_close_and_return_capacity() {
 
 #[tokio::test]
 async fn stop_closes_everything_and_refuses_later_acquires() {
-    let (pool, counts, _mock) = pool(4);
+    let (pool, counts, _time) = pool(4);
     let a = pool.acquire("a", &ctx()).await.unwrap();
     pool.acquire("b", &ctx()).await.unwrap();
     pool.stop();
     assert!(!a.is_open());
-    assert_eq!((counts.opened(), counts.closed()), (2, 2));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 2);
     assert!(matches!(
         pool.acquire("a", &ctx()).await,
         Err(SessionError::Closed)
@@ -1060,22 +613,17 @@ async fn stop_closes_everything_and_refuses_later_acquires() {
 #[tokio::test]
 async fn stop_during_establishment_fails_its_callers_with_closed() {
     let (pool, counts) = held_pool(2);
-    let pool = Arc::new(pool);
-    let caller = {
-        let pool = Arc::clone(&pool);
-        tokio::spawn(async move { pool.acquire("s", &ctx()).await })
-    };
-    counts.entered.notified().await;
+    let caller = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
     pool.stop();
-    counts.proceed.0.add_permits(1);
+    counts.let_bootstrap_proceed();
     assert!(matches!(caller.await.unwrap(), Err(SessionError::Closed)));
-    assert_eq!((counts.opened(), counts.closed()), (1, 1));
-    assert_eq!(pool.stats().in_use, 0);
+    assert_all_closed(&pool, &counts, 1);
 }
 
 #[tokio::test]
 async fn dropping_the_pool_closes_its_connections() {
-    let (pool, counts, _mock) = pool(2);
+    let (pool, counts, _time) = pool(2);
     let session = pool.acquire("s", &ctx()).await.unwrap();
     drop(pool);
     assert!(!session.is_open());
@@ -1084,8 +632,7 @@ async fn dropping_the_pool_closes_its_connections() {
 
 #[tokio::test]
 async fn prewarmed_connections_skip_the_connect() {
-    let fake = Fake::default();
-    let counts = Arc::clone(&fake.0);
+    let (fake, counts) = fake();
     let pool = SessionPool::builder(fake)
         .pool_size(4)
         .prewarm(2)
@@ -1097,7 +644,7 @@ async fn prewarmed_connections_skip_the_connect() {
     assert_eq!(pool.stats().idle, 2);
     pool.acquire("s", &ctx()).await.unwrap();
     assert_eq!(
-        counts.connect_calls.load(Ordering::SeqCst),
+        counts.connects(),
         2,
         "the session used a prewarmed connection"
     );

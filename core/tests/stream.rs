@@ -4,49 +4,35 @@
 
 mod common;
 
-use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use common::{settle, Req, Resp, Script};
-use slotpool::stream::{RequestError, StreamPool};
+use common::stream::{assert_echoed, round_trip, Req, Resp, Script};
+use common::{build_error, join_all, poll_once, settle, MockTime, ReapByHand};
+use slotpool::breaker::BreakerState;
+use slotpool::stream::RequestError;
 use slotpool::{AcquireError, ConfigError, Reach, TryAcquireError};
-
-fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    let waker = std::task::Waker::noop();
-    fut.poll(&mut Context::from_waker(waker))
-}
 
 #[tokio::test]
 async fn echo_round_trip_assigns_ids_and_counts() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(4)
-        .build()
-        .unwrap();
+    let pool = script.pool(2, 4);
     for body in 0..10 {
-        let guard = pool.acquire().await.unwrap();
-        let resp = guard.send(Req::new(body)).await.unwrap();
-        assert_eq!(resp.body, body);
+        round_trip(&pool, body).await;
     }
     let stats = pool.stats();
     assert_eq!(stats.acquires, 10);
     assert_eq!(stats.spin_ups, 1, "one stream serves sequential requests");
     assert_eq!(stats.table.in_flight, 0);
-    assert_eq!(script.connects.load(Ordering::SeqCst), 1);
+    assert_eq!(script.connects(), 1);
 }
 
 #[tokio::test]
 async fn fills_lowest_stream_before_opening_another() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(4)
-        .max_queue_depth(2)
-        .build()
-        .unwrap();
+    let pool = script.pool(4, 2);
     let a = pool.try_acquire().unwrap();
     let b = pool.try_acquire().unwrap();
     let c = pool.try_acquire().unwrap();
@@ -65,11 +51,7 @@ async fn fills_lowest_stream_before_opening_another() {
 async fn callers_join_a_stream_while_it_starts() {
     let (script, _) = Script::echo();
     let (script, hold) = script.held();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .max_queue_depth(4)
-        .build()
-        .unwrap();
+    let pool = script.pool(1, 4);
     let first = pool.acquire().await.unwrap();
     let second = pool.acquire().await.unwrap();
     assert_eq!(pool.stats().table.starting, 1);
@@ -85,18 +67,14 @@ async fn callers_join_a_stream_while_it_starts() {
     assert_eq!(r1.unwrap().body, 1);
     assert_eq!(r2.unwrap().body, 2);
     assert_eq!(pool.stats().table.ready, 1);
-    assert_eq!(script.connects.load(Ordering::SeqCst), 1);
+    assert_eq!(script.connects(), 1);
 }
 
 #[tokio::test]
 async fn concurrent_spin_ups_never_exceed_max_streams() {
     let (script, _) = Script::echo();
     let (script, hold) = script.held();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(3)
-        .max_queue_depth(1)
-        .build()
-        .unwrap();
+    let pool = script.pool(3, 1);
     let guards: Vec<_> = (0..3).map(|_| pool.try_acquire().unwrap()).collect();
     assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
     let stats = pool.stats();
@@ -110,11 +88,7 @@ async fn concurrent_spin_ups_never_exceed_max_streams() {
 #[tokio::test]
 async fn total_in_flight_is_bounded_and_waiters_get_released_room() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(2)
-        .build()
-        .unwrap();
+    let pool = script.pool(2, 2);
     let mut held: Vec<_> = (0..4).map(|_| pool.try_acquire().unwrap()).collect();
     let mut waiting = pin!(pool.acquire());
     assert!(poll_once(waiting.as_mut()).is_pending());
@@ -135,11 +109,7 @@ async fn total_in_flight_is_bounded_and_waiters_get_released_room() {
 #[tokio::test]
 async fn duplicate_in_flight_id_fails_only_that_caller() {
     let (script, mut streams) = Script::manual();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .max_queue_depth(4)
-        .build()
-        .unwrap();
+    let pool = script.pool(1, 4);
     let a = pool.acquire().await.unwrap();
     let b = pool.acquire().await.unwrap();
     let server_side = async {
@@ -160,10 +130,7 @@ async fn duplicate_in_flight_id_fails_only_that_caller() {
 #[tokio::test]
 async fn unknown_response_id_is_counted_and_dropped() {
     let (script, mut streams) = Script::manual();
-    let pool = StreamPool::builder(script.connector())
-        .max_queue_depth(2)
-        .build()
-        .unwrap();
+    let pool = script.pool(None, 2);
     let guard = pool.acquire().await.unwrap();
     let mut send = pin!(guard.send(Req::new(3)));
     assert!(poll_once(send.as_mut()).is_pending());
@@ -178,11 +145,7 @@ async fn unknown_response_id_is_counted_and_dropped() {
 #[tokio::test]
 async fn stream_failure_fails_its_callers_with_reach_and_spares_other_streams() {
     let (script, mut streams) = Script::manual();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(2)
-        .build()
-        .unwrap();
+    let pool = script.pool(2, 2);
     // Stream 0: two requests in flight. Stream 1: one request.
     let g0a = pool.try_acquire().unwrap();
     let g0b = pool.try_acquire().unwrap();
@@ -232,11 +195,7 @@ async fn stream_failure_fails_its_callers_with_reach_and_spares_other_streams() 
 async fn connect_failure_fails_joined_callers_as_not_sent_and_recovers() {
     let (script, _) = Script::echo();
     script.fail_next_connects(1);
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .max_queue_depth(4)
-        .build()
-        .unwrap();
+    let pool = script.pool(1, 4);
     let a = pool.acquire().await.unwrap();
     let b = pool.acquire().await.unwrap();
     let (ra, rb) = tokio::join!(a.send(Req::new(1)), b.send(Req::new(2)));
@@ -248,18 +207,13 @@ async fn connect_failure_fails_joined_callers_as_not_sent_and_recovers() {
     }
     assert_eq!(pool.stats().connect_failures, 1);
     settle(|| pool.stats().table.empty == 1).await;
-    let c = pool.acquire().await.unwrap();
-    assert_eq!(c.send(Req::new(9)).await.unwrap().body, 9);
+    round_trip(&pool, 9).await;
 }
 
 #[tokio::test]
 async fn depth_stays_taken_until_the_response_when_the_caller_cancels() {
     let (script, mut streams) = Script::manual();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .max_queue_depth(1)
-        .build()
-        .unwrap();
+    let pool = script.pool(1, 1);
     let guard = pool.acquire().await.unwrap();
     let mut send = Box::pin(guard.send(Req::new(1)));
     assert!(poll_once(send.as_mut()).is_pending());
@@ -281,11 +235,7 @@ async fn depth_stays_taken_until_the_response_when_the_caller_cancels() {
 #[tokio::test]
 async fn dropping_an_unsent_guard_gives_room_back() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .max_queue_depth(1)
-        .build()
-        .unwrap();
+    let pool = script.pool(1, 1);
     let guard = pool.try_acquire().unwrap();
     assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
     drop(guard);
@@ -294,14 +244,12 @@ async fn dropping_an_unsent_guard_gives_room_back() {
 
 #[tokio::test]
 async fn idle_streams_are_reaped_on_the_mock_clock_and_busy_ones_are_not() {
-    let (clock, mock) = quanta::Clock::mock();
+    let time = MockTime::new();
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(1)
+    let pool = script
+        .sized(2, 1)
         .idle_timeout(Duration::from_secs(10))
-        .reap_interval(None)
-        .clock(clock.clone())
+        .reaped_by_hand(&time)
         .build()
         .unwrap();
     let a = pool.acquire().await.unwrap();
@@ -310,14 +258,14 @@ async fn idle_streams_are_reaped_on_the_mock_clock_and_busy_ones_are_not() {
     settle(|| pool.stats().table.ready == 2).await;
     // Stream 1 stays busy (b is held); stream 0 goes idle.
     assert_eq!(
-        pool.reap(clock.now()),
+        pool.reap(time.now()),
         0,
         "first pass only notes the idle stream"
     );
-    mock.increment(Duration::from_secs(9));
-    assert_eq!(pool.reap(clock.now()), 0, "not idle long enough");
-    mock.increment(Duration::from_secs(2));
-    assert_eq!(pool.reap(clock.now()), 1);
+    time.advance(Duration::from_secs(9));
+    assert_eq!(pool.reap(time.now()), 0, "not idle long enough");
+    time.advance(Duration::from_secs(2));
+    assert_eq!(pool.reap(time.now()), 1);
     let stats = pool.stats();
     assert_eq!(
         (stats.reaps, stats.table.empty, stats.table.ready),
@@ -325,33 +273,28 @@ async fn idle_streams_are_reaped_on_the_mock_clock_and_busy_ones_are_not() {
     );
     // A stream used between passes is not reaped.
     drop(b);
-    assert_eq!(pool.reap(clock.now()), 0);
+    assert_eq!(pool.reap(time.now()), 0);
     let c = pool.try_acquire().unwrap();
     assert_eq!(c.stream_index(), Some(1));
     drop(c);
-    mock.increment(Duration::from_secs(11));
+    time.advance(Duration::from_secs(11));
     assert_eq!(
-        pool.reap(clock.now()),
+        pool.reap(time.now()),
         0,
         "used since the last pass: idle time restarts"
     );
-    mock.increment(Duration::from_secs(11));
-    assert_eq!(pool.reap(clock.now()), 1);
+    time.advance(Duration::from_secs(11));
+    assert_eq!(pool.reap(time.now()), 1);
     assert_eq!(pool.stats().table.empty, 2);
     // A reaped stream's driver ends; the next acquire opens a new one.
-    let d = pool.acquire().await.unwrap();
-    assert_eq!(d.send(Req::new(4)).await.unwrap().body, 4);
+    round_trip(&pool, 4).await;
     assert_eq!(pool.stats().spin_ups, 3);
 }
 
 #[tokio::test]
 async fn acquire_timeout_and_close_resolve_waiters_with_typed_errors() {
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .max_queue_depth(1)
-        .build()
-        .unwrap();
+    let pool = script.pool(1, 1);
     let held = pool.try_acquire().unwrap();
     tokio::time::pause();
     let err = pool
@@ -379,10 +322,7 @@ async fn acquire_timeout_and_close_resolve_waiters_with_typed_errors() {
 #[tokio::test]
 async fn dropping_the_pool_ends_its_driver_tasks() {
     let (script, mut streams) = Script::manual();
-    let pool = StreamPool::builder(script.connector())
-        .max_queue_depth(2)
-        .build()
-        .unwrap();
+    let pool = script.pool(None, 2);
     let guard = pool.acquire().await.unwrap();
     let mut send = Box::pin(guard.send(Req::new(1)));
     assert!(poll_once(send.as_mut()).is_pending());
@@ -397,21 +337,21 @@ async fn dropping_the_pool_ends_its_driver_tasks() {
 #[tokio::test]
 async fn bad_configuration_is_a_typed_error() {
     let (script, _) = Script::echo();
-    let err = |b: slotpool::stream::StreamPoolBuilder<_>| b.build().unwrap_err();
+    let err = |b: slotpool::stream::StreamPoolBuilder<_>| build_error(b.build());
     assert_eq!(
-        err(StreamPool::builder(script.connector()).max_queue_depth(0)),
+        err(script.builder().max_queue_depth(0)),
         ConfigError::Zero("max_queue_depth")
     );
     assert_eq!(
-        err(StreamPool::builder(script.connector()).max_streams(0)),
+        err(script.builder().max_streams(0)),
         ConfigError::Zero("max_streams")
     );
     assert_eq!(
-        err(StreamPool::builder(script.connector()).reap_interval(Some(Duration::ZERO))),
+        err(script.builder().reap_interval(Some(Duration::ZERO))),
         ConfigError::Zero("reap_interval")
     );
     assert!(matches!(
-        err(StreamPool::builder(script.connector()).max_queue_depth(usize::MAX)),
+        err(script.builder().max_queue_depth(usize::MAX)),
         ConfigError::TooLarge {
             name: "max_queue_depth",
             ..
@@ -423,7 +363,7 @@ async fn bad_configuration_is_a_typed_error() {
 fn building_outside_a_runtime_is_a_typed_error() {
     let (script, _) = Script::echo();
     assert_eq!(
-        StreamPool::builder(script.connector()).build().unwrap_err(),
+        build_error(script.builder().build()),
         ConfigError::Missing("tokio runtime")
     );
 }
@@ -431,17 +371,10 @@ fn building_outside_a_runtime_is_a_typed_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_never_overshoot_and_account_exactly() {
     let (script, _) = Script::echo();
-    let pool = std::sync::Arc::new(
-        StreamPool::builder(script.connector())
-            .max_streams(3)
-            .max_queue_depth(2)
-            .build()
-            .unwrap(),
-    );
+    let pool = Arc::new(script.pool(3, 2));
     let mut tasks = Vec::new();
     for t in 0..16u32 {
-        let pool = std::sync::Arc::clone(&pool);
-        tasks.push(tokio::spawn(async move {
+        tasks.push(common::spawn_with(&pool, move |pool| async move {
             for i in 0..200u32 {
                 let guard = pool.acquire().await.unwrap();
                 let in_flight = pool.stats().table.in_flight;
@@ -449,15 +382,12 @@ async fn many_tasks_never_overshoot_and_account_exactly() {
                 if i % 3 == 0 {
                     drop(guard);
                 } else {
-                    let body = t * 1000 + i;
-                    assert_eq!(guard.send(Req::new(body)).await.unwrap().body, body);
+                    assert_echoed(guard, t * 1000 + i).await;
                 }
             }
         }));
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    join_all(tasks).await;
     let stats = pool.stats();
     assert_eq!(stats.table.in_flight, 0);
     assert_eq!(stats.acquires, 16 * 200);
@@ -467,15 +397,13 @@ async fn many_tasks_never_overshoot_and_account_exactly() {
 
 #[tokio::test]
 async fn breaker_opens_fails_fast_then_half_opens_one_probe() {
-    let (clock, mock) = quanta::Clock::mock();
+    let time = MockTime::new();
     let (script, _) = Script::echo();
     script.fail_next_connects(3);
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(2)
-        .max_queue_depth(1)
+    let pool = script
+        .sized(2, 1)
         .breaker(2, Duration::from_secs(5))
-        .reap_interval(None)
-        .clock(clock.clone())
+        .reaped_by_hand(&time)
         .build()
         .unwrap();
     for _ in 0..2 {
@@ -484,9 +412,9 @@ async fn breaker_opens_fails_fast_then_half_opens_one_probe() {
         assert_eq!(err.reach(), Reach::NotSent);
         settle(|| pool.stats().table.empty == 2).await;
     }
-    assert_eq!(pool.stats().breaker, slotpool::breaker::BreakerState::Open);
+    assert_eq!(pool.stats().breaker, BreakerState::Open);
     // Open: fail fast, no connect attempted.
-    let connects = script.connects.load(Ordering::SeqCst);
+    let connects = script.connects();
     match pool.try_acquire() {
         Err(TryAcquireError::Unavailable { retry_after }) => {
             assert_eq!(retry_after, Duration::from_secs(5))
@@ -497,45 +425,36 @@ async fn breaker_opens_fails_fast_then_half_opens_one_probe() {
         pool.acquire().await,
         Err(AcquireError::Unavailable { .. })
     ));
-    assert_eq!(script.connects.load(Ordering::SeqCst), connects);
+    assert_eq!(script.connects(), connects);
     assert_eq!(pool.stats().table.empty, 2, "refused claims were undone");
     // After the backoff one probe goes through; it fails (third scripted failure): open again.
-    mock.increment(Duration::from_secs(5));
+    time.advance(Duration::from_secs(5));
     let probe = pool.try_acquire().unwrap();
-    assert_eq!(
-        pool.stats().breaker,
-        slotpool::breaker::BreakerState::HalfOpen
-    );
+    assert_eq!(pool.stats().breaker, BreakerState::HalfOpen);
     assert!(matches!(
         pool.try_acquire(),
         Err(TryAcquireError::Unavailable { .. })
     ));
     assert!(probe.send(Req::new(2)).await.is_err());
-    settle(|| pool.stats().breaker == slotpool::breaker::BreakerState::Open).await;
+    settle(|| pool.stats().breaker == BreakerState::Open).await;
     // Next probe succeeds: closed, and the pool serves again.
-    mock.increment(Duration::from_secs(5));
+    time.advance(Duration::from_secs(5));
     let probe = pool.try_acquire().unwrap();
-    assert_eq!(probe.send(Req::new(3)).await.unwrap().body, 3);
-    assert_eq!(
-        pool.stats().breaker,
-        slotpool::breaker::BreakerState::Closed
-    );
-    let again = pool.acquire().await.unwrap();
-    assert_eq!(again.send(Req::new(4)).await.unwrap().body, 4);
+    assert_echoed(probe, 3).await;
+    assert_eq!(pool.stats().breaker, BreakerState::Closed);
+    round_trip(&pool, 4).await;
     assert!(pool.stats().breaker_rejections >= 3);
 }
 
 #[tokio::test]
 async fn min_streams_are_prewarmed_and_kept_through_reaping() {
-    let (clock, mock) = quanta::Clock::mock();
+    let time = MockTime::new();
     let (script, _) = Script::echo();
-    let pool = StreamPool::builder(script.connector())
-        .max_streams(4)
-        .max_queue_depth(1)
+    let pool = script
+        .sized(4, 1)
         .min_streams(2)
         .idle_timeout(Duration::from_secs(1))
-        .reap_interval(None)
-        .clock(clock.clone())
+        .reaped_by_hand(&time)
         .build()
         .unwrap();
     settle(|| pool.stats().table.ready == 2).await;
@@ -544,22 +463,18 @@ async fn min_streams_are_prewarmed_and_kept_through_reaping() {
         0,
         "prewarmed streams hold no load"
     );
-    assert_eq!(script.connects.load(Ordering::SeqCst), 2);
+    assert_eq!(script.connects(), 2);
     // A third stream opened under load is reaped when idle; the first two stay.
     let guards: Vec<_> = (0..3).map(|_| pool.try_acquire().unwrap()).collect();
     assert_eq!(guards[2].stream_index(), Some(2));
     drop(guards);
     settle(|| pool.stats().table.ready == 3).await;
     for _ in 0..3 {
-        mock.increment(Duration::from_secs(2));
-        pool.reap(clock.now());
+        time.advance(Duration::from_secs(2));
+        pool.reap(time.now());
     }
     let stats = pool.stats();
     assert_eq!((stats.table.ready, stats.reaps), (2, 1));
-    let bad = StreamPool::builder(script.connector())
-        .max_streams(1)
-        .min_streams(2)
-        .build()
-        .unwrap_err();
+    let bad = build_error(script.builder().max_streams(1).min_streams(2).build());
     assert!(matches!(bad, ConfigError::Inverted { .. }));
 }

@@ -1,189 +1,122 @@
-//! A scripted in-process stream connector for the behaviour tests.
-//!
-//! Every opened stream is handed to the test as a [`ServerStream`] (manual mode) or answered
-//! by an echo task (echo mode). Connects can be made to fail or to wait for a go-ahead.
+//! Helpers shared by the behaviour tests: polling and yielding without timing anything, task
+//! plumbing, a mock clock, and typed build errors. The per-pool fakes and fixtures live in the
+//! submodules. Each `tests/*.rs` file is its own crate and uses only part of this module, hence
+//! the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod channel;
+pub mod keyed;
+pub mod logs;
+pub mod session;
+pub mod stream;
+
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use futures_core::Stream;
-use slotpool::stream::{Connector, Outbound, StreamRequest, StreamResponse};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Req {
-    pub id: Option<u64>,
-    pub body: u32,
-}
-
-impl Req {
-    pub fn new(body: u32) -> Self {
-        Self { id: None, body }
-    }
-
-    pub fn with_id(id: u64, body: u32) -> Self {
-        Self { id: Some(id), body }
-    }
-}
-
-impl StreamRequest for Req {
-    fn request_id(&self) -> Option<u64> {
-        self.id
-    }
-    fn set_request_id(&mut self, id: u64) {
-        self.id = Some(id);
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resp {
-    pub id: u64,
-    pub body: u32,
-}
-
-impl StreamResponse for Resp {
-    fn request_id(&self) -> u64 {
-        self.id
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("test transport error: {0}")]
-pub struct TestError(pub &'static str);
-
-/// The server's end of one stream.
-pub struct ServerStream {
-    pub requests: Outbound<Req>,
-    pub responses: mpsc::UnboundedSender<Result<Resp, TestError>>,
-}
-
-impl ServerStream {
-    /// Waits for the next request the pool forwards.
-    pub async fn next_request(&mut self) -> Option<Req> {
-        std::future::poll_fn(|cx| Pin::new(&mut self.requests).poll_next(cx)).await
-    }
-
-    pub fn respond(&self, id: u64, body: u32) {
-        let _ = self.responses.send(Ok(Resp { id, body }));
-    }
-
-    pub fn fail(&self, why: &'static str) {
-        let _ = self.responses.send(Err(TestError(why)));
-    }
-}
-
-pub struct Inbound(mpsc::UnboundedReceiver<Result<Resp, TestError>>);
-
-impl Stream for Inbound {
-    type Item = Result<Resp, TestError>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
-    }
-}
-
-#[derive(Clone)]
-pub struct Script {
-    echo: bool,
-    fail_next: Arc<AtomicUsize>,
-    /// When set, each connect waits for one permit.
-    hold: Option<Arc<Semaphore>>,
-    pub connects: Arc<AtomicUsize>,
-    streams: mpsc::UnboundedSender<ServerStream>,
-}
-
-pub struct TestConnector(pub Script);
-
-impl Script {
-    /// Echo mode: every request is answered with the same body.
-    pub fn echo() -> (Self, mpsc::UnboundedReceiver<ServerStream>) {
-        Self::new(true)
-    }
-
-    /// Manual mode: the test answers through the `ServerStream`s it receives.
-    pub fn manual() -> (Self, mpsc::UnboundedReceiver<ServerStream>) {
-        Self::new(false)
-    }
-
-    fn new(echo: bool) -> (Self, mpsc::UnboundedReceiver<ServerStream>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (
-            Self {
-                echo,
-                fail_next: Arc::new(AtomicUsize::new(0)),
-                hold: None,
-                connects: Arc::new(AtomicUsize::new(0)),
-                streams: tx,
-            },
-            rx,
-        )
-    }
-
-    /// Connects wait until the returned semaphore gets permits.
-    pub fn held(mut self) -> (Self, Arc<Semaphore>) {
-        let hold = Arc::new(Semaphore::new(0));
-        self.hold = Some(Arc::clone(&hold));
-        (self, hold)
-    }
-
-    pub fn fail_next_connects(&self, n: usize) {
-        self.fail_next.store(n, Ordering::SeqCst);
-    }
-
-    pub fn connector(&self) -> TestConnector {
-        TestConnector(self.clone())
-    }
-}
-
-impl Connector for TestConnector {
-    type Request = Req;
-    type Response = Resp;
-    type Error = TestError;
-    type Inbound = Inbound;
-
-    async fn connect(&self, outbound: Outbound<Req>) -> Result<Inbound, TestError> {
-        let script = &self.0;
-        if let Some(hold) = &script.hold {
-            hold.acquire()
-                .await
-                .map_err(|_| TestError("hold closed"))?
-                .forget();
-        }
-        script.connects.fetch_add(1, Ordering::SeqCst);
-        let failing = script
-            .fail_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if failing {
-            return Err(TestError("connect refused"));
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut server = ServerStream {
-            requests: outbound,
-            responses: tx,
-        };
-        if script.echo {
-            tokio::spawn(async move {
-                while let Some(req) = server.next_request().await {
-                    server.respond(req.id.unwrap_or(u64::MAX), req.body);
-                }
-            });
-        } else {
-            let _ = script.streams.send(server);
-        }
-        Ok(Inbound(rx))
-    }
+/// Polls `fut` once with a waker that does nothing.
+pub fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(std::task::Waker::noop()))
 }
 
 /// Yields to the runtime until `done` holds (bounded by iterations, never by time).
-pub async fn settle(mut done: impl FnMut() -> bool) {
+pub async fn settle(done: impl FnMut() -> bool) {
+    settle_until("condition never held", done).await;
+}
+
+/// [`settle`], failing the test with `what` if `done` never holds.
+pub async fn settle_until(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..10_000 {
         if done() {
             return;
         }
         tokio::task::yield_now().await;
     }
-    panic!("condition never held");
+    panic!("{what}");
+}
+
+/// Lets every spawned task run up to its next await (on a current-thread runtime: until it
+/// blocks, registers as a waiter or reaches a timer).
+pub async fn run_spawned() {
+    yield_times(16).await;
+}
+
+/// Yields to the runtime `n` times.
+pub async fn yield_times(n: usize) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Spawns `task` on its own clone of `shared`.
+pub fn spawn_with<T, F, Fut>(shared: &Arc<T>, task: F) -> JoinHandle<Fut::Output>
+where
+    F: FnOnce(Arc<T>) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    tokio::spawn(task(Arc::clone(shared)))
+}
+
+/// Awaits every task in order; a task that panicked fails the test.
+pub async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("task did not panic"));
+    }
+    out
+}
+
+/// A mock `quanta` clock for the pools, and the handle that moves it.
+#[derive(Clone)]
+pub struct MockTime {
+    clock: quanta::Clock,
+    mock: Arc<quanta::Mock>,
+}
+
+impl MockTime {
+    pub fn new() -> Self {
+        let (clock, mock) = quanta::Clock::mock();
+        Self { clock, mock }
+    }
+
+    /// The clock to give a pool builder.
+    pub fn clock(&self) -> quanta::Clock {
+        self.clock.clone()
+    }
+
+    pub fn now(&self) -> quanta::Instant {
+        self.clock.now()
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.mock.increment(by);
+    }
+}
+
+/// Pool builders set up to run on a [`MockTime`] with no background reaper: the test moves the
+/// clock and calls `reap` itself.
+pub trait ReapByHand {
+    fn reaped_by_hand(self, time: &MockTime) -> Self;
+}
+
+/// What a build returned; a refused configuration fails the test.
+pub fn built<T, E: std::fmt::Display>(built: Result<T, E>) -> T {
+    match built {
+        Ok(value) => value,
+        Err(error) => panic!("valid configuration refused: {error}"),
+    }
+}
+
+/// The error a build returned (pools are not `Debug`, so `unwrap_err` is not at hand); a build
+/// that succeeded fails the test.
+pub fn build_error<T, E>(built: Result<T, E>) -> E {
+    match built {
+        Ok(_) => panic!("the build succeeded"),
+        Err(error) => error,
+    }
 }

@@ -1,0 +1,195 @@
+//! A counting lazy channel connector and a client factory that fails or hangs on demand, for
+//! the `ChannelPool` and `ClientPool` tests.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use slotpool::channel::{ChannelConnector, ChannelPool, ChannelPoolBuilder};
+use slotpool::client::{ClientFactory, ClientPool, ClientPoolBuilder};
+
+use super::{MockTime, ReapByHand};
+
+/// Counts live channels: a channel is an `Arc<Token>`, and the last clone's drop is the close.
+#[derive(Default)]
+pub struct Lazy {
+    pub live: Arc<AtomicUsize>,
+}
+
+pub struct Token {
+    pub id: u64,
+    pub live: Arc<AtomicUsize>,
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ChannelConnector for Lazy {
+    type Channel = Arc<Token>;
+    fn connect_lazy(&self, id: u64) -> Arc<Token> {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Arc::new(Token {
+            id,
+            live: Arc::clone(&self.live),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injected build failure")]
+pub struct MakeFailed;
+
+/// Builds `Client`s; can be told to fail the next builds or to hang.
+#[derive(Default)]
+pub struct Factory {
+    pub knobs: Arc<Knobs>,
+}
+
+#[derive(Default)]
+pub struct Knobs {
+    pub live: AtomicUsize,
+    pub fail_next: AtomicUsize,
+    pub hang: AtomicBool,
+}
+
+pub struct Client {
+    pub channel: u64,
+    /// Set while a caller uses the client: two callers at once would see it set.
+    pub in_use: AtomicBool,
+    pub uses: u64,
+    pub knobs: Arc<Knobs>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.knobs.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ClientFactory<Arc<Token>> for Factory {
+    type Client = Client;
+    type Error = MakeFailed;
+    async fn make(&self, channel: &Arc<Token>) -> Result<Client, MakeFailed> {
+        if self.knobs.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let failing = self
+            .knobs
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(MakeFailed);
+        }
+        self.knobs.live.fetch_add(1, Ordering::SeqCst);
+        Ok(Client {
+            channel: channel.id,
+            in_use: AtomicBool::new(false),
+            uses: 0,
+            knobs: Arc::clone(&self.knobs),
+        })
+    }
+}
+
+pub type Channels = ChannelPool<Lazy>;
+pub type Clients = ClientPool<Lazy, Factory>;
+
+/// The idle timeout of every fixture pool.
+pub const IDLE: Duration = Duration::from_secs(10);
+
+impl Lazy {
+    /// A connector and its count of live channels.
+    pub fn counted() -> (Self, Arc<AtomicUsize>) {
+        let connector = Self::default();
+        let live = Arc::clone(&connector.live);
+        (connector, live)
+    }
+}
+
+impl Factory {
+    /// A factory and the knobs that steer it (and count its live clients).
+    pub fn steered() -> (Self, Arc<Knobs>) {
+        let factory = Self::default();
+        let knobs = Arc::clone(&factory.knobs);
+        (factory, knobs)
+    }
+}
+
+impl<C: ChannelConnector> ReapByHand for ChannelPoolBuilder<C> {
+    fn reaped_by_hand(self, time: &MockTime) -> Self {
+        self.reap_interval(None).clock(time.clock())
+    }
+}
+
+impl ReapByHand for ClientPoolBuilder<Lazy, Factory> {
+    fn reaped_by_hand(self, time: &MockTime) -> Self {
+        self.reap_interval(None).clock(time.clock())
+    }
+}
+
+/// A channel pool of `per_channel` clients per channel, idle after [`IDLE`] on a mock clock and
+/// reaped by hand, with its count of live channels.
+pub fn channel_pool(per_channel: usize) -> (MockTime, Arc<Channels>, Arc<AtomicUsize>) {
+    let time = MockTime::new();
+    let (connector, live) = Lazy::counted();
+    let pool = ChannelPool::builder(connector)
+        .max_clients_per_channel(per_channel)
+        .idle_timeout(IDLE)
+        .reaped_by_hand(&time)
+        .build()
+        .expect("valid configuration");
+    (time, pool, live)
+}
+
+/// A client pool over a [`channel_pool`], on the same clock and reaped by hand too.
+pub struct Fixture {
+    pub time: MockTime,
+    pub channels: Arc<Channels>,
+    pub clients: Arc<Clients>,
+    pub live_channels: Arc<AtomicUsize>,
+    pub knobs: Arc<Knobs>,
+}
+
+impl Fixture {
+    pub fn new(per_channel: usize, max_clients: Option<usize>) -> Self {
+        let (time, channels, live_channels) = channel_pool(per_channel);
+        let (factory, knobs) = Factory::steered();
+        let clients = ClientPool::builder(Arc::clone(&channels), factory)
+            .max_clients(max_clients)
+            .idle_timeout(IDLE)
+            .reaped_by_hand(&time)
+            .build()
+            .expect("valid configuration");
+        Self {
+            time,
+            channels,
+            clients,
+            live_channels,
+            knobs,
+        }
+    }
+
+    /// Asserts the whole stack is empty: no clients, no channels, nothing alive.
+    pub fn assert_all_reaped(&self) {
+        let (clients, channels) = (self.clients.stats(), self.channels.stats());
+        assert_eq!(
+            (clients.clients, clients.idle, clients.in_use),
+            (0, 0, 0),
+            "{clients:?}"
+        );
+        assert_eq!(
+            (channels.channels, channels.clients),
+            (0, 0),
+            "{channels:?}"
+        );
+        assert_eq!(self.knobs.live.load(Ordering::SeqCst), 0, "clients dropped");
+        assert_eq!(
+            self.live_channels.load(Ordering::SeqCst),
+            0,
+            "channels dropped"
+        );
+    }
+}
