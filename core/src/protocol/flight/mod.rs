@@ -59,39 +59,15 @@
 //! or is woken: no lost wake-up. This mutex is only ever taken by callers that are waiting for
 //! an establishment anyway (milliseconds of network), never on the read path.
 //!
-//! # Use stamps
+//! # Use stamps and batches
 //!
-//! A [`UseStamp`] is one `AtomicU64`: the time of last use (nanoseconds since the pool's base
-//! instant) or `RETIRED`. Three operations race on it, and each is a single CAS, so exactly one
-//! outcome wins:
+//! Two smaller protocols serve the session pool beside the registry: a [`UseStamp`] decides
+//! "fresh, stale or retired" with one word (`stamp.rs`), and a [`Batch`] hands items to one bulk
+//! task at a time (`batch.rs`); each type's documentation tells its protocol.
 //!
-//! * [`UseStamp::touch`] (an acquire): refresh the time if the value is fresh, fail if stale
-//!   or retired;
-//! * [`UseStamp::retire_if_idle`] (the reaper, or an acquire that found it stale): move a stale
-//!   time to `RETIRED`;
-//! * [`UseStamp::retire`] (a release, a dead connection, stop): move anything to `RETIRED`.
+//! This module owns the maps and flights, `stamp.rs` the stamps, `batch.rs` the batches; none
+//! frees capacity or closes connections itself (their callers do, after winning a stamp).
 //!
-//! So a reap and a concurrent hot acquire cannot both succeed: either the acquire refreshed
-//! the stamp (and the reaper's CAS fails on the new value), or the reaper retired it (and the
-//! acquire's CAS fails, sees `RETIRED` and rebuilds). Whoever moves the word to `RETIRED` is the
-//! one party that frees the value's resources, which is what makes "capacity returned exactly
-//! once" structural. Orderings are `AcqRel` on the CAS and `Acquire` on loads: the winner of
-//! `RETIRED` must see every earlier toucher's writes, nothing more.
-//!
-//! # Batches
-//!
-//! A [`Batch`] hands items to a task that processes them in bulk, with at most one such task
-//! scheduled at a time (the session pool queues new sessions for their event readers this way,
-//! one starter task per batch rather than one reader task per session). [`Batch::push`]
-//! queues under a mutex and then claims the `scheduled` flag (a load, then a swap only if it
-//! was clear); the one push that claims it schedules the drain. The drain's
-//! [`Batch::take`] clears the flag **before** it takes the items. So an item is either taken
-//! by a drain whose take locks the queue after the push unlocked it, or its push sees the flag
-//! clear and schedules a new drain: the swaps are `AcqRel`, and the mutex orders a clear that
-//! came before the push. No item is left queued with the flag set and no drain to come.
-//!
-//! This module owns the maps, flights, stamps and batches; it never frees capacity or closes
-//! connections itself (its callers do, after winning a stamp).
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -102,9 +78,13 @@ use std::task::{Context, Poll, Waker};
 
 use hashbrown::HashTable;
 
-use crate::sync::{
-    trace_transition, Arc, AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, RwLock,
-};
+use crate::sync::{trace_transition, Arc, AtomicBool, CachePadded, Mutex, Ordering, RwLock};
+
+mod batch;
+mod stamp;
+
+pub use batch::Batch;
+pub use stamp::{Touch, UseStamp};
 
 /// The hasher of keys (randomly keyed per registry, so callers that choose keys can aim them
 /// neither at one shard nor at one bucket).
@@ -643,191 +623,5 @@ impl<T: Clone> fmt::Debug for FlightWait<T> {
         f.debug_struct("FlightWait")
             .field("registered", &self.ticket.is_some())
             .finish()
-    }
-}
-
-/// Items queued for a bulk task, with at most one such task scheduled at a time. See the
-/// module docs (*Batches*).
-pub struct Batch<T> {
-    /// Queued items. INVARIANT: not empty only while `scheduled` is set or a push that will
-    /// set it is under way.
-    items: Mutex<Vec<T>>,
-    /// Whether a drain is scheduled and has not yet taken the items.
-    scheduled: AtomicBool,
-}
-
-impl<T> Batch<T> {
-    /// An empty batch with no drain scheduled.
-    pub fn new() -> Self {
-        Self {
-            items: Mutex::new(Vec::new()),
-            scheduled: AtomicBool::new(false),
-        }
-    }
-
-    /// Queues `item`. Returns `true` when the caller must schedule a drain (one that calls
-    /// [`Batch::take`], or [`Batch::unschedule`] if it can never run).
-    pub fn push(&self, item: T) -> bool {
-        self.items.lock().push(item);
-        // The load keeps pushes during a scheduled batch from writing the flag's line.
-        let claimed =
-            !self.scheduled.load(Ordering::Relaxed) && !self.scheduled.swap(true, Ordering::AcqRel);
-        trace_transition!("batch: pushed (schedules a drain: {})", claimed);
-        claimed
-    }
-
-    /// The scheduled drain's call: unschedules itself, then takes every queued item (a push
-    /// after this schedules the next drain).
-    pub fn take(&self) -> Vec<T> {
-        self.scheduled.swap(false, Ordering::AcqRel);
-        let items = std::mem::take(&mut *self.items.lock());
-        trace_transition!("batch: took {}", items.len());
-        items
-    }
-
-    /// A scheduled drain that will never run (its executor shut down) gives up its turn, so
-    /// the next push schedules another; the items stay queued for it.
-    pub fn unschedule(&self) {
-        // A swap rather than a store: the same in Rust's model, but loom 0.7 lets a plain store
-        // land between another thread's RMW read and write (tokio-rs/loom#254), which would
-        // report a stranded item that cannot happen.
-        self.scheduled.swap(false, Ordering::AcqRel);
-    }
-
-    /// Number of queued items (a snapshot).
-    pub fn len(&self) -> usize {
-        self.items.lock().len()
-    }
-
-    /// Whether no item is queued (a snapshot).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl<T> Default for Batch<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T> fmt::Debug for Batch<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batch")
-            .field("len", &self.len())
-            .field("scheduled", &self.scheduled.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-/// The stamp word's value once retired; never a real time (that would be 584 years).
-const RETIRED: u64 = u64::MAX;
-
-/// What [`UseStamp::touch`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Touch {
-    /// Used within the idle bound; the stamp now says `now`.
-    Fresh,
-    /// Idle past the bound; the stamp was left as it was.
-    Stale,
-    /// Retired already.
-    Retired,
-}
-
-/// Last use of a value, or `RETIRED`, in one atomic word. See the module docs.
-pub struct UseStamp {
-    /// Nanoseconds since the owner's base instant of the last use, or `RETIRED`.
-    /// INVARIANT: once `RETIRED`, never changes again; otherwise only grows.
-    word: AtomicU64,
-}
-
-impl UseStamp {
-    /// A stamp last used at `now` (nanoseconds).
-    pub fn new(now: u64) -> Self {
-        Self {
-            word: AtomicU64::new(now.min(RETIRED - 1)),
-        }
-    }
-
-    /// Refreshes the stamp to `now` if it was used within `max_idle` nanoseconds of `now`.
-    #[inline]
-    pub fn touch(&self, now: u64, max_idle: u64) -> Touch {
-        let now = now.min(RETIRED - 1);
-        let mut seen = self.word.load(Ordering::Acquire);
-        loop {
-            if seen == RETIRED {
-                return Touch::Retired;
-            }
-            if now.saturating_sub(seen) > max_idle {
-                return Touch::Stale;
-            }
-            if seen >= now {
-                // Someone stamped this instant (or later) already: nothing to write.
-                return Touch::Fresh;
-            }
-            match self
-                .word
-                .compare_exchange_weak(seen, now, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Touch::Fresh,
-                // Another toucher refreshed it, or a retirer won: decide again on its value.
-                Err(actual) => seen = actual,
-            }
-        }
-    }
-
-    /// Moves the stamp to `RETIRED`. Returns whether this call did it (exactly one caller
-    /// ever gets `true`, and that caller frees the value's resources).
-    pub fn retire(&self) -> bool {
-        let won = self.word.swap(RETIRED, Ordering::AcqRel) != RETIRED;
-        trace_transition!("stamp: retire (won: {})", won);
-        won
-    }
-
-    /// Retires the stamp only if it is idle past `max_idle` at `now`. Returns whether this
-    /// call retired it; `false` when it was fresh (a concurrent touch wins) or retired already.
-    pub fn retire_if_idle(&self, now: u64, max_idle: u64) -> bool {
-        let mut seen = self.word.load(Ordering::Acquire);
-        loop {
-            if seen == RETIRED || now.saturating_sub(seen) <= max_idle {
-                return false;
-            }
-            match self.word.compare_exchange_weak(
-                seen,
-                RETIRED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    trace_transition!("stamp: retired idle");
-                    return true;
-                }
-                // A touch refreshed it (then it is fresh) or a retirer won: decide again.
-                Err(actual) => seen = actual,
-            }
-        }
-    }
-
-    /// Whether the stamp is retired.
-    #[inline]
-    pub fn is_retired(&self) -> bool {
-        self.word.load(Ordering::Acquire) == RETIRED
-    }
-
-    /// The last use in nanoseconds, or `None` once retired.
-    pub fn last_used(&self) -> Option<u64> {
-        match self.word.load(Ordering::Acquire) {
-            RETIRED => None,
-            at => Some(at),
-        }
-    }
-}
-
-impl fmt::Debug for UseStamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.last_used() {
-            Some(at) => f.debug_tuple("UseStamp").field(&at).finish(),
-            None => f.write_str("UseStamp(retired)"),
-        }
     }
 }

@@ -1,0 +1,136 @@
+//! Use stamps: one word that says when a value was last used, or that it is retired.
+//!
+//! The protocol is told on the type.
+
+use std::fmt;
+
+use crate::sync::{trace_transition, AtomicU64, Ordering};
+
+/// The stamp word's value once retired; never a real time (that would be 584 years).
+const RETIRED: u64 = u64::MAX;
+
+/// What [`UseStamp::touch`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// Used within the idle bound; the stamp now says `now`.
+    Fresh,
+    /// Idle past the bound; the stamp was left as it was.
+    Stale,
+    /// Retired already.
+    Retired,
+}
+
+/// Last use of a value, or `RETIRED`, in one atomic word.
+///
+/// A [`UseStamp`] is one `AtomicU64`: the time of last use (nanoseconds since the pool's base
+/// instant) or `RETIRED`. Three operations race on it, and each is a single CAS, so exactly one
+/// outcome wins:
+///
+/// * [`UseStamp::touch`] (an acquire): refresh the time if the value is fresh, fail if stale
+///   or retired;
+/// * [`UseStamp::retire_if_idle`] (the reaper, or an acquire that found it stale): move a stale
+///   time to `RETIRED`;
+/// * [`UseStamp::retire`] (a release, a dead connection, stop): move anything to `RETIRED`.
+///
+/// So a reap and a concurrent hot acquire cannot both succeed: either the acquire refreshed
+/// the stamp (and the reaper's CAS fails on the new value), or the reaper retired it (and the
+/// acquire's CAS fails, sees `RETIRED` and rebuilds). Whoever moves the word to `RETIRED` is the
+/// one party that frees the value's resources, which is what makes "capacity returned exactly
+/// once" structural. Orderings are `AcqRel` on the CAS and `Acquire` on loads: the winner of
+/// `RETIRED` must see every earlier toucher's writes, nothing more.
+pub struct UseStamp {
+    /// Nanoseconds since the owner's base instant of the last use, or `RETIRED`.
+    /// INVARIANT: once `RETIRED`, never changes again; otherwise only grows.
+    word: AtomicU64,
+}
+
+impl UseStamp {
+    /// A stamp last used at `now` (nanoseconds).
+    pub fn new(now: u64) -> Self {
+        Self {
+            word: AtomicU64::new(now.min(RETIRED - 1)),
+        }
+    }
+
+    /// Refreshes the stamp to `now` if it was used within `max_idle` nanoseconds of `now`.
+    #[inline]
+    pub fn touch(&self, now: u64, max_idle: u64) -> Touch {
+        let now = now.min(RETIRED - 1);
+        let mut seen = self.word.load(Ordering::Acquire);
+        loop {
+            if seen == RETIRED {
+                return Touch::Retired;
+            }
+            if now.saturating_sub(seen) > max_idle {
+                return Touch::Stale;
+            }
+            if seen >= now {
+                // Someone stamped this instant (or later) already: nothing to write.
+                return Touch::Fresh;
+            }
+            match self
+                .word
+                .compare_exchange_weak(seen, now, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Touch::Fresh,
+                // Another toucher refreshed it, or a retirer won: decide again on its value.
+                Err(actual) => seen = actual,
+            }
+        }
+    }
+
+    /// Moves the stamp to `RETIRED`. Returns whether this call did it (exactly one caller
+    /// ever gets `true`, and that caller frees the value's resources).
+    pub fn retire(&self) -> bool {
+        let won = self.word.swap(RETIRED, Ordering::AcqRel) != RETIRED;
+        trace_transition!("stamp: retire (won: {})", won);
+        won
+    }
+
+    /// Retires the stamp only if it is idle past `max_idle` at `now`. Returns whether this
+    /// call retired it; `false` when it was fresh (a concurrent touch wins) or retired already.
+    pub fn retire_if_idle(&self, now: u64, max_idle: u64) -> bool {
+        let mut seen = self.word.load(Ordering::Acquire);
+        loop {
+            if seen == RETIRED || now.saturating_sub(seen) <= max_idle {
+                return false;
+            }
+            match self.word.compare_exchange_weak(
+                seen,
+                RETIRED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    trace_transition!("stamp: retired idle");
+                    return true;
+                }
+                // A touch refreshed it (then it is fresh) or a retirer won: decide again.
+                Err(actual) => seen = actual,
+            }
+        }
+    }
+
+    /// Whether the stamp is retired.
+    #[inline]
+    pub fn is_retired(&self) -> bool {
+        self.word.load(Ordering::Acquire) == RETIRED
+    }
+
+    /// The last use in nanoseconds, or `None` once retired.
+    pub fn last_used(&self) -> Option<u64> {
+        match self.word.load(Ordering::Acquire) {
+            RETIRED => None,
+            at => Some(at),
+        }
+    }
+}
+
+impl fmt::Debug for UseStamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.last_used() {
+            Some(at) => f.debug_tuple("UseStamp").field(&at).finish(),
+            None => f.write_str("UseStamp(retired)"),
+        }
+    }
+}
