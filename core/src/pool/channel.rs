@@ -44,6 +44,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::error::ConfigError;
+use crate::pool::settings::{self, Names, Settings};
 use crate::shared::{Joined, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
 use crate::sync::{Arc, Counter};
 
@@ -77,9 +78,7 @@ pub struct ChannelStats {
 pub struct ChannelPoolBuilder<C> {
     connector: C,
     max_clients_per_channel: usize,
-    idle_timeout: Duration,
-    reap_interval: Option<Duration>,
-    clock: quanta::Clock,
+    settings: Settings,
 }
 
 impl<C: ChannelConnector> ChannelPoolBuilder<C> {
@@ -89,32 +88,22 @@ impl<C: ChannelConnector> ChannelPoolBuilder<C> {
         self
     }
 
-    /// How long a channel may have no clients before the reaper closes it. Default: 180 s.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
+    settings::setters! {
+        idle_timeout: "How long a channel may have no clients before the reaper closes it. \
+                       Default: 180 s.";
+        reap_interval: "How often the background reaper runs [`ChannelPool::reap`]. Default: \
+                        every 10 s.";
+        clock: "The clock idle time is measured with. Default: `quanta::Clock::new()`. Give \
+                nested pools the same clock.";
     }
 
-    /// How often the background reaper runs; `None` disables it (call
-    /// [`ChannelPool::reap`] yourself). Default: every 10 s.
-    pub fn reap_interval(mut self, interval: Option<Duration>) -> Self {
-        self.reap_interval = interval;
-        self
-    }
-
-    /// The clock idle time is measured with. Default: `quanta::Clock::new()`; tests pass
-    /// `quanta::Clock::mock()`. Give nested pools the same clock.
-    pub fn clock(mut self, clock: quanta::Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Builds the pool. Needs a tokio runtime only when a reap interval is set (the reaper
-    /// task is spawned on it).
+    /// Builds the pool. Needs a tokio runtime only for the background reaper (without one
+    /// the default reaper is off).
     ///
     /// # Errors
-    /// [`ConfigError`] for zero clients per channel or a zero reap interval, more than
-    /// [`MAX_HOLDERS`] clients per channel, or a reap interval without a tokio runtime.
+    /// [`ConfigError`] for zero clients per channel, a zero idle timeout or reap interval,
+    /// more than [`MAX_HOLDERS`] clients per channel, or a reap interval asked for without a
+    /// tokio runtime.
     pub fn build(self) -> Result<Arc<ChannelPool<C>>, ConfigError> {
         if self.max_clients_per_channel == 0 {
             return Err(ConfigError::Zero("max_clients_per_channel"));
@@ -127,30 +116,24 @@ impl<C: ChannelConnector> ChannelPoolBuilder<C> {
                 value: self.max_clients_per_channel as u64,
                 max: MAX_HOLDERS.into(),
             })?;
-        if self.reap_interval == Some(Duration::ZERO) {
-            return Err(ConfigError::Zero("reap_interval"));
-        }
-        let runtime = match self.reap_interval {
-            Some(_) => {
-                Some(Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?)
-            }
-            None => None,
-        };
-        let base = self.clock.now();
+        self.settings.check(Names::PLAIN)?;
+        let runtime = Handle::try_current().ok();
+        self.settings.reap_interval(runtime.as_ref())?;
+        let clock = self.settings.clock_or(quanta::Clock::new);
+        let base = clock.now();
         let shared = Arc::new(ChannelShared {
             slots: SharedSlots::new(max)?,
             connector: self.connector,
-            timeout_ms: ceil_ms(self.idle_timeout),
-            clock: self.clock,
+            timeout_ms: ceil_ms(self.settings.idle_timeout),
+            clock,
             base,
             counters: Counters::default(),
         });
-        let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
-            let weak = Arc::downgrade(&shared);
-            crate::pool::reap::spawn_reaper(&runtime, weak, interval, |shared| {
+        let reaper = self
+            .settings
+            .start_reaper(runtime.as_ref(), &shared, |shared| {
                 shared.reap(shared.clock.now());
-            })
-        });
+            })?;
         Ok(Arc::new(ChannelPool { shared, reaper }))
     }
 }
@@ -159,8 +142,7 @@ impl<C> fmt::Debug for ChannelPoolBuilder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ChannelPoolBuilder")
             .field("max_clients_per_channel", &self.max_clients_per_channel)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("reap_interval", &self.reap_interval)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -265,9 +247,7 @@ impl<C: ChannelConnector> ChannelPool<C> {
         ChannelPoolBuilder {
             connector,
             max_clients_per_channel: 16,
-            idle_timeout: Duration::from_secs(180),
-            reap_interval: Some(Duration::from_secs(10)),
-            clock: quanta::Clock::new(),
+            settings: Settings::new(Duration::from_secs(180), Duration::from_secs(10)),
         }
     }
 

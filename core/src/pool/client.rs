@@ -73,6 +73,7 @@ use crate::channel::{ChannelConnector, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::exclusive::{Checkout, ExclusiveSlots, Lease, MAX_STAMP};
 use crate::pool::reap::nanos;
+use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
 use crate::sync::{Arc, AtomicU64, CachePadded, Counter, Ordering};
 
@@ -151,9 +152,7 @@ pub struct ClientPoolBuilder<C: ChannelConnector, F> {
     channels: Arc<ChannelPool<C>>,
     factory: F,
     max_clients: Option<usize>,
-    idle_timeout: Duration,
-    reap_interval: Option<Duration>,
-    clock: quanta::Clock,
+    settings: Settings,
 }
 
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> {
@@ -164,40 +163,28 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
         self
     }
 
-    /// How long a client may sit idle before the reaper closes it. Default: 180 s.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
+    settings::setters! {
+        idle_timeout: "How long a client may sit idle before the reaper closes it. Default: \
+                       180 s.";
+        reap_interval: "How often the background reaper runs [`ClientPool::reap`]. Default: \
+                        every 10 s.";
+        clock: "The clock idle time is measured with. Default: the channel pool's clock (give \
+                nested pools the same clock).";
     }
 
-    /// How often the background reaper runs; `None` disables it (call
-    /// [`ClientPool::reap`] yourself). Default: every 10 s.
-    pub fn reap_interval(mut self, interval: Option<Duration>) -> Self {
-        self.reap_interval = interval;
-        self
-    }
-
-    /// The clock idle time is measured with. Default: the channel pool's clock; tests pass
-    /// `quanta::Clock::mock()` (the same one as the channel pool's).
-    pub fn clock(mut self, clock: quanta::Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Builds the pool. Needs a tokio runtime only when a reap interval is set.
+    /// Builds the pool. Needs a tokio runtime only for the background reaper (without one
+    /// the default reaper is off).
     ///
     /// # Errors
-    /// [`ConfigError`] for a zero or too large `max_clients`, a zero reap interval, or a
-    /// reap interval without a tokio runtime.
+    /// [`ConfigError`] for a zero or too large `max_clients`, a zero idle timeout or reap
+    /// interval, or a reap interval asked for without a tokio runtime.
     pub fn build(self) -> Result<Arc<ClientPool<C, F>>, ConfigError> {
         let capacity = match self.max_clients {
             Some(0) => return Err(ConfigError::Zero("max_clients")),
             Some(n) => Capacity::Bounded(n),
             None => Capacity::Unbounded,
         };
-        if self.reap_interval == Some(Duration::ZERO) {
-            return Err(ConfigError::Zero("reap_interval"));
-        }
+        self.settings.check(Names::PLAIN)?;
         let slots = ExclusiveSlots::new(capacity).map_err(|e| match e {
             ConfigError::TooLarge { value, max, .. } => ConfigError::TooLarge {
                 name: "max_clients",
@@ -206,34 +193,29 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             },
             other => other,
         })?;
-        let runtime = match self.reap_interval {
-            Some(_) => {
-                Some(Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?)
-            }
-            None => None,
-        };
-        let base = self.clock.now();
-        let staleness = match runtime {
-            Some(_) => self.reap_interval.map_or(0, nanos),
-            None => 0,
-        };
+        let runtime = Handle::try_current().ok();
+        let staleness = self
+            .settings
+            .reap_interval(runtime.as_ref())?
+            .map_or(0, nanos);
+        let clock = self.settings.clock_or(|| self.channels.clock().clone());
+        let base = clock.now();
         let shared = Arc::new(ClientShared {
             slots,
             channels: self.channels,
             factory: self.factory,
-            clock: self.clock,
+            clock,
             base,
-            idle_timeout: self.idle_timeout,
+            idle_timeout: self.settings.idle_timeout,
             recent: AtomicU64::new(0),
             staleness,
             counters: Counters::default(),
         });
-        let reaper = runtime.zip(self.reap_interval).map(|(runtime, interval)| {
-            let weak = Arc::downgrade(&shared);
-            crate::pool::reap::spawn_reaper(&runtime, weak, interval, |shared| {
+        let reaper = self
+            .settings
+            .start_reaper(runtime.as_ref(), &shared, |shared| {
                 shared.reap(shared.clock.now());
-            })
-        });
+            })?;
         Ok(Arc::new(ClientPool { shared, reaper }))
     }
 }
@@ -242,8 +224,7 @@ impl<C: ChannelConnector, F> fmt::Debug for ClientPoolBuilder<C, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientPoolBuilder")
             .field("max_clients", &self.max_clients)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("reap_interval", &self.reap_interval)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -536,14 +517,11 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// Starts configuring a pool that builds clients with `factory` on channels from
     /// `channels`.
     pub fn builder(channels: Arc<ChannelPool<C>>, factory: F) -> ClientPoolBuilder<C, F> {
-        let clock = channels.clock().clone();
         ClientPoolBuilder {
             channels,
             factory,
             max_clients: None,
-            idle_timeout: Duration::from_secs(180),
-            reap_interval: Some(Duration::from_secs(10)),
-            clock,
+            settings: Settings::new(Duration::from_secs(180), Duration::from_secs(10)),
         }
     }
 

@@ -7,4 +7,5 @@ pub mod client;
 pub mod keyed;
 pub(crate) mod reap;
 pub mod session;
+pub(crate) mod settings;
 pub mod stream;

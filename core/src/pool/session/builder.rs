@@ -14,6 +14,7 @@ use crate::error::ConfigError;
 use crate::flight::{Batch, Registry};
 use crate::limit::Limit;
 use crate::pool::reap::nanos as duration_ns;
+use crate::pool::settings::{self, Names, Reap, Settings};
 use crate::sync::{Arc, Mutex};
 
 /// Configures a [`SessionPool`]; [`SessionPoolBuilder::build`] checks the values.
@@ -21,12 +22,10 @@ pub struct SessionPoolBuilder<C, S = MemoryStore> {
     connector: C,
     store: S,
     pool_size: usize,
-    max_idle_time: Duration,
-    clock: Option<Clock>,
     prewarm: usize,
-    /// `None`: the default (every half `max_idle_time`, within 1 s and 60 s, if built inside a
-    /// runtime). `Some(None)`: no background reaper.
-    reap_every: Option<Option<Duration>>,
+    /// The shared settings. The default reap interval is half the idle time, within 1 s and
+    /// 60 s (worked out at build, after `max_idle_time` is known).
+    settings: Settings,
 }
 
 impl<C: Connector> SessionPoolBuilder<C, MemoryStore> {
@@ -35,10 +34,8 @@ impl<C: Connector> SessionPoolBuilder<C, MemoryStore> {
             connector,
             store: MemoryStore::new(),
             pool_size: DEFAULT_POOL_SIZE,
-            max_idle_time: DEFAULT_MAX_IDLE_TIME,
-            clock: None,
             prewarm: 0,
-            reap_every: None,
+            settings: Settings::new(DEFAULT_MAX_IDLE_TIME, default_reap(DEFAULT_MAX_IDLE_TIME)),
         }
     }
 }
@@ -50,10 +47,8 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             connector: self.connector,
             store,
             pool_size: self.pool_size,
-            max_idle_time: self.max_idle_time,
-            clock: self.clock,
             prewarm: self.prewarm,
-            reap_every: self.reap_every,
+            settings: self.settings,
         }
     }
 
@@ -64,17 +59,11 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         self
     }
 
-    /// How long a session may sit unused before it is stale (rebuilt on acquire, closed by
-    /// the reaper). Default [`DEFAULT_MAX_IDLE_TIME`]; zero is a [`ConfigError`].
-    pub fn max_idle_time(mut self, max_idle_time: Duration) -> Self {
-        self.max_idle_time = max_idle_time;
-        self
-    }
-
-    /// The clock for last-use stamps and reaping (tests pass `Clock::mock()`).
-    pub fn clock(mut self, clock: Clock) -> Self {
-        self.clock = Some(clock);
-        self
+    settings::setters! {
+        max_idle_time: "How long a session may sit unused before it is stale (rebuilt on \
+                        acquire, closed by the reaper); R3's name for the idle timeout. \
+                        Default [`DEFAULT_MAX_IDLE_TIME`].";
+        clock: "The clock for last-use stamps and reaping. Default: `quanta::Clock::new()`.";
     }
 
     /// Keeps up to `count` connected, unassigned connections, filled by
@@ -84,12 +73,9 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         self
     }
 
-    /// How often the background reaper runs; `None` disables it (call
-    /// [`SessionPool::reap`] yourself). Asking for one outside a tokio runtime, or for a zero
-    /// interval, is a [`ConfigError`].
-    pub fn reap_every(mut self, every: Option<Duration>) -> Self {
-        self.reap_every = Some(every);
-        self
+    settings::setters! {
+        reap_every: "How often the background reaper runs [`SessionPool::reap`]; R3's name for \
+                     the reap interval. Default: half of `max_idle_time`, within 1 s and 60 s.";
     }
 
     /// Checks the settings and builds the pool. Opens no connection.
@@ -99,10 +85,11 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
     /// [`ConfigError::TooLarge`] for a `pool_size` above [`MAX_PERMITS`](crate::limit::MAX_PERMITS);
     /// [`ConfigError::Inverted`] for `prewarm > pool_size`; [`ConfigError::Missing`] for an
     /// explicit reaper without a tokio runtime.
-    pub fn build(self) -> Result<SessionPool<C, S>, ConfigError> {
-        if self.max_idle_time.is_zero() {
-            return Err(ConfigError::Zero("max_idle_time"));
+    pub fn build(mut self) -> Result<SessionPool<C, S>, ConfigError> {
+        if let Reap::Default(_) = self.settings.reap {
+            self.settings.reap = Reap::Default(default_reap(self.settings.idle_timeout));
         }
+        self.settings.check(NAMES)?;
         let limit = Arc::new(Limit::new(self.pool_size).map_err(|error| match error {
             ConfigError::Zero(_) => ConfigError::Zero("pool_size"),
             ConfigError::TooLarge { value, max, .. } => ConfigError::TooLarge {
@@ -121,20 +108,8 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             });
         }
         let runtime = tokio::runtime::Handle::try_current().ok();
-        let reap_every = match self.reap_every {
-            Some(Some(every)) if every.is_zero() => return Err(ConfigError::Zero("reap_every")),
-            Some(Some(every)) => {
-                if runtime.is_none() {
-                    return Err(ConfigError::Missing("tokio runtime (for the reaper)"));
-                }
-                Some(every)
-            }
-            Some(None) => None,
-            None => Some(
-                (self.max_idle_time / 2).clamp(Duration::from_secs(1), Duration::from_secs(60)),
-            ),
-        };
-        let clock = self.clock.unwrap_or_default();
+        self.settings.reap_interval(runtime.as_ref())?;
+        let clock = self.settings.clock_or(Clock::new);
         let base = clock.now();
         let shards = (self.pool_size / 8).clamp(1, MAX_SHARDS);
         let shared = Arc::new(Shared {
@@ -142,7 +117,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             limit,
             connector: Arc::new(self.connector),
             store: self.store,
-            max_idle_ns: duration_ns(self.max_idle_time),
+            max_idle_ns: duration_ns(self.settings.idle_timeout),
             clock,
             base,
             prewarm: self.prewarm,
@@ -150,17 +125,11 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             unstarted: Batch::new(),
             counters: Arc::new(Counters::new()),
         });
-        let reaper = match (reap_every, runtime) {
-            (Some(every), Some(runtime)) => Some(crate::pool::reap::spawn_reaper(
-                &runtime,
-                Arc::downgrade(&shared),
-                every,
-                |shared| {
-                    shared.reap(shared.clock.now());
-                },
-            )),
-            _ => None,
-        };
+        let reaper = self
+            .settings
+            .start_reaper(runtime.as_ref(), &shared, |shared| {
+                shared.reap(shared.clock.now());
+            })?;
         Ok(SessionPool { shared, reaper })
     }
 }
@@ -169,9 +138,19 @@ impl<C, S> fmt::Debug for SessionPoolBuilder<C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionPoolBuilder")
             .field("pool_size", &self.pool_size)
-            .field("max_idle_time", &self.max_idle_time)
             .field("prewarm", &self.prewarm)
-            .field("reap_every", &self.reap_every)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
+}
+
+/// The setter names R3's users know.
+const NAMES: Names = Names {
+    idle_timeout: "max_idle_time",
+    reap_interval: "reap_every",
+};
+
+/// The default reap interval for an idle time: half of it, within 1 s and 60 s.
+fn default_reap(max_idle_time: Duration) -> Duration {
+    (max_idle_time / 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }

@@ -8,9 +8,8 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use super::{Connector, Counters, Shared, StreamPool};
-use crate::breaker::Breaker;
 use crate::error::ConfigError;
-use crate::pool::reap::{nanos, spawn_reaper};
+use crate::pool::settings::{self, Names, Settings};
 use crate::slots::{Capacity, SlotTable};
 use crate::sync::Arc;
 
@@ -19,11 +18,8 @@ pub struct StreamPoolBuilder<C> {
     connector: C,
     max_streams: Option<usize>,
     max_queue_depth: usize,
-    idle_timeout: Duration,
-    reap_interval: Option<Duration>,
-    clock: quanta::Clock,
-    breaker: Option<(u32, Duration)>,
     min_streams: usize,
+    settings: Settings,
 }
 
 impl<C: Connector> StreamPoolBuilder<C> {
@@ -33,20 +29,22 @@ impl<C: Connector> StreamPoolBuilder<C> {
             connector,
             max_streams: None,
             max_queue_depth: 8,
-            idle_timeout: Duration::from_secs(10),
-            reap_interval: Some(Duration::from_secs(1)),
-            clock: quanta::Clock::new(),
-            breaker: None,
             min_streams: 0,
+            settings: Settings::new(Duration::from_secs(10), Duration::from_secs(1)),
         }
     }
 
-    /// Circuit breaker: after `consecutive_failures` connect failures in a row, acquires that
-    /// would open a new stream fail fast with [`AcquireError::Unavailable`](crate::AcquireError::Unavailable) for `backoff`
-    /// (on the pool's clock); then one probe connect is let through. Default: off.
-    pub fn breaker(mut self, consecutive_failures: u32, backoff: Duration) -> Self {
-        self.breaker = Some((consecutive_failures, backoff));
-        self
+    settings::setters! {
+        idle_timeout: "How long a stream may sit with nothing in flight before the reaper closes \
+                       it. Default: 10 s.";
+        reap_interval: "How often the background reaper runs [`StreamPool::reap`]. Default: \
+                        every second.";
+        clock: "The clock idle time and the breaker's backoff are measured with. Default: \
+                `quanta::Clock::new()`.";
+        breaker: "Circuit breaker: after `consecutive_failures` connect failures in a row, \
+                  acquires that would open a new stream fail fast with \
+                  [`AcquireError::Unavailable`](crate::AcquireError::Unavailable) for `backoff` \
+                  (on the pool's clock); then one probe connect is let through. Default: off.";
     }
 
     /// Opens `n` streams at build and keeps at least `n` open: the reaper does not close
@@ -74,27 +72,6 @@ impl<C: Connector> StreamPoolBuilder<C> {
         self
     }
 
-    /// How long a stream may sit with nothing in flight before the reaper closes it.
-    /// Default: 10 s.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// How often the background reaper runs; `None` disables it (call
-    /// [`StreamPool::reap`] yourself). Default: every second.
-    pub fn reap_interval(mut self, interval: Option<Duration>) -> Self {
-        self.reap_interval = interval;
-        self
-    }
-
-    /// The clock idle time is measured with. Default: `quanta::Clock::new()`; tests pass
-    /// `quanta::Clock::mock()`.
-    pub fn clock(mut self, clock: quanta::Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// Builds the pool. Must be called within a tokio runtime (drivers and the reaper are
     /// spawned on it).
     ///
@@ -110,9 +87,7 @@ impl<C: Connector> StreamPoolBuilder<C> {
             value: self.max_queue_depth as u64,
             max: crate::slots::MAX_LOAD.into(),
         })?;
-        if self.reap_interval == Some(Duration::ZERO) {
-            return Err(ConfigError::Zero("reap_interval"));
-        }
+        self.settings.check(Names::PLAIN)?;
         let capacity = match self.max_streams {
             Some(0) => return Err(ConfigError::Zero("max_streams")),
             Some(n) => Capacity::Bounded(n),
@@ -142,33 +117,28 @@ impl<C: Connector> StreamPoolBuilder<C> {
                 });
             }
         }
-        let breaker = match self.breaker {
-            Some((0, _)) => return Err(ConfigError::Zero("breaker consecutive_failures")),
-            Some((threshold, backoff)) => Breaker::new(threshold, nanos(backoff)),
-            None => Breaker::new(0, 0),
-        };
         let runtime = Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?;
         let (shutdown, _) = watch::channel(false);
-        let base = self.clock.now();
+        let clock = self.settings.clock_or(quanta::Clock::new);
+        let base = clock.now();
         let shared = Arc::new(Shared {
             table,
             connector: self.connector,
             runtime: runtime.clone(),
             shutdown,
-            clock: self.clock,
+            clock,
             base,
-            idle_timeout: self.idle_timeout,
+            idle_timeout: self.settings.idle_timeout,
             counters: Counters::default(),
-            breaker,
+            breaker: self.settings.breaker(),
             min_streams: self.min_streams,
         });
         shared.top_up();
-        let reaper = self.reap_interval.map(|interval| {
-            let weak = Arc::downgrade(&shared);
-            spawn_reaper(&runtime, weak, interval, |shared| {
+        let reaper = self
+            .settings
+            .start_reaper(Some(&runtime), &shared, |shared| {
                 shared.reap(shared.clock.now());
-            })
-        });
+            })?;
         Ok(StreamPool { shared, reaper })
     }
 }
@@ -178,8 +148,8 @@ impl<C> fmt::Debug for StreamPoolBuilder<C> {
         f.debug_struct("StreamPoolBuilder")
             .field("max_streams", &self.max_streams)
             .field("max_queue_depth", &self.max_queue_depth)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("reap_interval", &self.reap_interval)
+            .field("min_streams", &self.min_streams)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
