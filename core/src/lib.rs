@@ -1,4 +1,37 @@
 //! slotpool: a lock-free pooling core for async services.
+//!
+//! Capacity lives in an **atomic slot table with per-slot load counters**: finding room is one
+//! bitmap load and one CAS on the lowest-index slot with room, and a release with nobody
+//! waiting takes no lock. The pools built on it share streams, channels, clients, blocking
+//! threads and sessions among many callers; every protocol under them is checked with loom.
+//!
+//! # The map
+//!
+//! The crate is in layers, and imports only run downward: the ground, the protocols (no
+//! tokio, no clock reads, plain `Waker`s, so loom drives them), the pools (tokio, clocks,
+//! user code), and the integrations behind features. The public paths are flat
+//! (`slotpool::stream`, `slotpool::slots`, ...); the folders below are where each lives.
+//!
+//! | layer | file | what it owns |
+//! | --- | --- | --- |
+//! | ground | `sync.rs` | the one place that names atomics, locks, `Arc`, `UnsafeCell` and spins; loom's under `--cfg slotpool_loom` |
+//! | ground | `error.rs` | [`ConfigError`], [`AcquireError`], [`Reach`]: typed errors that say whether a retry is safe |
+//! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps and growth |
+//! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path |
+//! | protocol | `protocol/limit.rs` | [`limit`]: a counting limiter (semaphore) on the gate |
+//! | protocol | `protocol/exclusive.rs` | [`exclusive`]: slots of load 0 or 1 that own one value each, and the reaper's handshake |
+//! | protocol | `protocol/shared.rs` | [`shared`]: slots whose load counts the holders of one shared value, and its share word |
+//! | protocol | `protocol/flight/` | [`flight`]: single-flight registry (`mod.rs`), use stamps (`stamp.rs`), batches (`batch.rs`) |
+//! | protocol | `protocol/breaker.rs` | [`breaker`]: a consecutive-failure circuit breaker with one half-open probe |
+//! | pool | `pool/settings.rs` | the settings every pool shares (idle timeout, reaping, clock, breaker) and their setters |
+//! | pool | `pool/reap.rs` | the background reaper task every pool runs around its plain `reap(now)` |
+//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, `driver.rs` a stream's task and routing, `builder.rs` |
+//! | pool | `pool/channel.rs` | [`channel`]: shared lazy channels (R1), on the shared cell |
+//! | pool | `pool/client.rs` | [`client`]: exclusive clients over channels (R1), on the exclusive cell |
+//! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission, `route.rs` the key tables, `builder.rs`, `error.rs` |
+//! | pool | `pool/session/` | [`session`]: one live connection per session (R3). `mod.rs` the acquire path, `establish.rs`, `live.rs`, `store.rs`, `builder.rs`, `error.rs` |
+//! | integration | `integration/tonic.rs` | `tonic` (feature): lazy tonic channels and a bidi stream connector |
+//! | integration | `integration/metrics.rs` | `metrics` (feature): every pool's stats through the `metrics` facade |
 #![warn(missing_docs)]
 
 mod sync;
