@@ -12,6 +12,10 @@
 
 pub(crate) use crossbeam_utils::CachePadded;
 
+/// std's `Arc`, under loom too: for immutable values that no protocol synchronises on (a
+/// caught panic's message, a name), so loom need not model their reference counts.
+pub(crate) type Frozen<T> = std::sync::Arc<T>;
+
 #[cfg(not(slotpool_loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
