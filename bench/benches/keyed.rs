@@ -1,5 +1,5 @@
 //! Criterion benches of keyed admission: slotpool and the R2 reference side by side in each
-//! group, timing the same runners as the `compare` run (`slotpool_bench::keyed`).
+//! group, timing the same runners as the `compare` run (`slotpool_bench::cases::keyed`).
 //!
 //! Groups: `keyed/uncontended`, `keyed/8-tasks-2-workers` and `keyed/spawn-blocking` (see the
 //! case table in `bench/src/keyed.rs`). Smoke run: `cargo bench -p slotpool-bench --bench keyed
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use slotpool_bench::keyed::{
+use slotpool_bench::cases::keyed::{
     current_thread, multi_thread, reference_admit_release, reference_spawn_blocking,
     reference_tasks, slotpool_admit_release, slotpool_keyed, slotpool_spawn_blocking,
     slotpool_tasks, RefKeyed, SPAWN_BLOCKING, TASKS, UNCONTENDED, WORKERS,

@@ -1,5 +1,5 @@
 //! Criterion groups for the stream cases: `slotpool`, `reference` (R1) and `floor` side by
-//! side, timing the very runners `slotpool-bench` uses (`slotpool_bench::stream_cases`).
+//! side, timing the very runners `slotpool-bench` uses (`slotpool_bench::cases::stream`).
 //!
 //! `cargo bench -p slotpool-bench --bench stream` measures; `-- --test` runs each benchmark
 //! once (the CI smoke). The floor is left out of `stream/saturated` (it cannot wait; a bare
@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use slotpool_bench::cases::stream::*;
 use slotpool_bench::fixtures::{EchoConnector, NoopConnector};
 use slotpool_bench::report::Floor;
-use slotpool_bench::stream_cases::*;
 
 fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
     let mut group = c.benchmark_group(name);

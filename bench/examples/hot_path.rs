@@ -12,15 +12,15 @@
 
 use std::sync::Arc;
 
-use slotpool_bench::client_cases;
-use slotpool_bench::fixtures::NoopConnector;
-use slotpool_bench::report::Floor;
-use slotpool_bench::stream_cases::{
+use slotpool_bench::cases::client as client_cases;
+use slotpool_bench::cases::stream::{
     current_thread, floor_acquire_release, multi_thread, prewarm_reference, prewarm_slotpool,
     reference_acquire_release, saturated_tasks, slotpool_acquire_release, slotpool_pool, DEPTH,
     SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
 };
-use slotpool_bench::stream_ref::RefStreamPool;
+use slotpool_bench::fixtures::NoopConnector;
+use slotpool_bench::reference::stream::RefStreamPool;
+use slotpool_bench::report::Floor;
 
 fn main() {
     let mut args = std::env::args().skip(1);

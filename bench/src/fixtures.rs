@@ -1,6 +1,6 @@
 //! Test connectors shared by the stream benchmarks: one type each, used by slotpool's
 //! [`StreamPool`](slotpool::stream::StreamPool) and by the R1 reference
-//! ([`crate::stream_ref`]), so that only the pool differs between them.
+//! ([`crate::reference::stream`]), so that only the pool differs between them.
 //!
 //! * [`NoopConnector`]: a stream that opens at once and never answers. The acquire/release
 //!   cases never send, so the stream only has to exist.
@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use slotpool::stream::{Connector, Outbound, StreamRequest, StreamResponse};
 
-use crate::stream_ref::{RefConnector, RefOutbound};
+use crate::reference::stream::{RefConnector, RefOutbound};
 
 /// A request (and, echoed, a response): an id and a small payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

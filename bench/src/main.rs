@@ -9,8 +9,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use slotpool_bench::cases::{
+    client as client_cases, e2e as e2e_cases, keyed, scaling, session, stream as stream_cases,
+};
+use slotpool_bench::report::chart;
 use slotpool_bench::report::{self, Record, Settings};
-use slotpool_bench::{chart, client_cases, e2e_cases, keyed, scaling, session, stream_cases};
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]

@@ -4,6 +4,8 @@
 //! Absolute times from one run are not comparable with another run on a shared machine; the
 //! ratios between implementations measured here, in one process, are.
 
+pub mod chart;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! | impl | what |
 //! |---|---|
 //! | `slotpool` | `slotpool::client::ClientPool` (`max_clients = 16`) over a `ChannelPool` |
-//! | `reference` | R1's client pool ([`crate::client_ref`]): semaphore + `Mutex<BTreeMap>` |
+//! | `reference` | R1's client pool ([`crate::reference::client`]): semaphore + `Mutex<BTreeMap>` |
 //! | `deadpool` | deadpool 0.13 **unmanaged** `deadpool::unmanaged::Pool` holding 16 objects |
 //! | `bb8` | bb8 0.9 with a no-op `ManageConnection`, `max_size = min_idle = 16`, no check-out test |
 //! | `tokio-semaphore` | a bare `tokio::sync::Semaphore` of 16: acquire, drop (the floor of an async bound) |
@@ -28,7 +28,7 @@ use slotpool::client::{ClientFactory, ClientPool};
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 
-use crate::client_ref::{RefChannelPool, RefClientPool};
+use crate::reference::client::{RefChannelPool, RefClientPool};
 use crate::report::{interleave, Record, Runner, Sample, Settings};
 
 /// Case name: one task, acquire then drop.

@@ -1,4 +1,4 @@
-//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::stream_ref`]) and the
+//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::reference::stream`]) and the
 //! floor ([`Floor`]) side by side, over the same connectors ([`crate::fixtures`]).
 //!
 //! | case | what it measures |
@@ -28,8 +28,8 @@ use slotpool::stream::{StreamGuard, StreamPool};
 use tokio::runtime::Runtime;
 
 use crate::fixtures::{EchoConnector, Msg, NoopConnector};
+use crate::reference::stream::{RefStreamGuard, RefStreamPool};
 use crate::report::{interleave, split, wait_histogram, Floor, Record, Runner, Sample, Settings};
-use crate::stream_ref::{RefStreamGuard, RefStreamPool};
 
 /// Case name: one task, acquire then release.
 pub const UNCONTENDED: &str = "stream/uncontended";
@@ -161,7 +161,7 @@ pub fn prewarm_slotpool<C: slotpool::stream::Connector>(
 }
 
 /// Opens `streams` streams on a reference pool (as [`prewarm_slotpool`]).
-pub fn prewarm_reference<C: crate::stream_ref::RefConnector>(
+pub fn prewarm_reference<C: crate::reference::stream::RefConnector>(
     rt: &Runtime,
     pool: &RefStreamPool<C>,
     streams: usize,

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use crate::client_cases::{self, checkouts_spread};
+use crate::cases::client::{self as client_cases, checkouts_spread};
+use crate::cases::session;
+use crate::cases::stream::{self as stream_cases, multi_thread};
 use crate::report::{interleave, split, Record, Runner, Sample, Settings};
-use crate::session;
-use crate::stream_cases::{self, multi_thread};
 
 /// Worker counts measured by default.
 pub const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];

@@ -1,0 +1,4 @@
+//! The reference designs.
+
+pub mod client;
+pub mod stream;
