@@ -12,8 +12,7 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use slotpool_bench::cases::stream::*;
-use slotpool_bench::fixtures::{EchoConnector, NoopConnector};
-use slotpool_bench::report::Floor;
+use slotpool_bench::fixtures::{EchoConnector, Floor, NoopConnector};
 
 fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
     let mut group = c.benchmark_group(name);

@@ -18,9 +18,8 @@ use slotpool_bench::cases::stream::{
     reference_acquire_release, saturated_tasks, slotpool_acquire_release, slotpool_pool, DEPTH,
     SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
 };
-use slotpool_bench::fixtures::NoopConnector;
+use slotpool_bench::fixtures::{Floor, NoopConnector};
 use slotpool_bench::reference::stream::RefStreamPool;
-use slotpool_bench::report::Floor;
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -19,6 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
@@ -165,5 +166,61 @@ impl RefConnector for EchoConnector {
             outbound,
             _msg: PhantomData,
         }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The floor
+// ---------------------------------------------------------------------------------------------
+
+/// The least any reservation can cost: one CAS-below-limit to take a unit, one `fetch_sub` to
+/// give it back, on one shared, cache-padded counter. Measured in the same process as the
+/// pools, as `floor`.
+#[derive(Debug)]
+pub struct Floor {
+    /// Units taken. INVARIANT: `<= limit`.
+    used: crossbeam_utils::CachePadded<AtomicUsize>,
+    limit: usize,
+}
+
+impl Floor {
+    /// A counter of `limit` units.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            used: crossbeam_utils::CachePadded::new(AtomicUsize::new(0)),
+            limit,
+        }
+    }
+
+    /// Takes one unit if fewer than `limit` are taken.
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        let mut current = self.used.load(Ordering::Relaxed);
+        loop {
+            if current >= self.limit {
+                return false;
+            }
+            match self.used.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                // Another taker or releaser moved the counter: retry against its value.
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Gives one unit back.
+    #[inline]
+    pub fn release(&self) {
+        self.used.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Units taken now.
+    pub fn in_use(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
     }
 }

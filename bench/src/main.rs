@@ -12,7 +12,6 @@ use std::process::ExitCode;
 use slotpool_bench::cases::{
     client as client_cases, e2e as e2e_cases, keyed, scaling, session, stream as stream_cases,
 };
-use slotpool_bench::report::chart;
 use slotpool_bench::report::{self, Record, Settings};
 
 const USAGE: &str = "\
@@ -139,7 +138,7 @@ fn main() -> ExitCode {
         print!(
             "\n{}\n{}",
             report::table(&records),
-            scaling::summary(&records)
+            report::scaling_summary(&records)
         );
         println!("total {:.1} s", started.elapsed().as_secs_f64());
         return match report::write_json(&args.json, &records) {
@@ -189,7 +188,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let svg = chart::ratios_svg(&records);
+    let svg = report::ratios_svg(&records);
     let written = args
         .svg
         .parent()

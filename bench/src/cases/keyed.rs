@@ -36,7 +36,8 @@ use slotpool::keyed::{Keyed, KeyedError};
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::report::{interleave, Floor, Record, Runner, Sample, Settings};
+use crate::fixtures::Floor;
+use crate::report::{interleave, Record, Runner, Sample, Settings};
 
 /// Case name: one task, admit then release.
 pub const UNCONTENDED: &str = "keyed/uncontended";

@@ -135,31 +135,3 @@ fn session_hot(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record>
     rt.block_on(reference.stop());
     records
 }
-
-/// One line per case family and worker count: each implementation's ns/op and how many
-/// times slower than slotpool it is.
-pub fn summary(records: &[Record]) -> String {
-    use std::fmt::Write as _;
-    let mut out =
-        String::from("scaling summary (ns/op; in brackets: that impl's ns/op over slotpool's)\n");
-    for case in crate::report::cases(records) {
-        let Some(slot) = crate::report::find(records, case, "slotpool") else {
-            continue;
-        };
-        let _ = write!(out, "  {case:<34} slotpool {:>8.1}", slot.ns_per_op);
-        for r in records
-            .iter()
-            .filter(|r| r.case == case && r.impl_name != "slotpool")
-        {
-            let _ = write!(
-                out,
-                "  {} {:.1} ({:.2}×)",
-                r.impl_name,
-                r.ns_per_op,
-                r.ns_per_op / slot.ns_per_op
-            );
-        }
-        out.push('\n');
-    }
-    out
-}

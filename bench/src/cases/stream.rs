@@ -27,9 +27,9 @@ use hdrhistogram::Histogram;
 use slotpool::stream::{StreamGuard, StreamPool};
 use tokio::runtime::Runtime;
 
-use crate::fixtures::{EchoConnector, Msg, NoopConnector};
+use crate::fixtures::{EchoConnector, Floor, Msg, NoopConnector};
 use crate::reference::stream::{RefStreamGuard, RefStreamPool};
-use crate::report::{interleave, split, wait_histogram, Floor, Record, Runner, Sample, Settings};
+use crate::report::{interleave, split, wait_histogram, Record, Runner, Sample, Settings};
 
 /// Case name: one task, acquire then release.
 pub const UNCONTENDED: &str = "stream/uncontended";
