@@ -2,7 +2,7 @@
 //! group, timing the same runners as the `compare` run (`slotpool_bench::cases::keyed`).
 //!
 //! Groups: `keyed/uncontended`, `keyed/8-tasks-2-workers` and `keyed/spawn-blocking` (see the
-//! case table in `bench/src/keyed.rs`). Smoke run: `cargo bench -p slotpool-bench --bench keyed
+//! case table in `bench/src/cases/keyed.rs`). Smoke run: `cargo bench -p slotpool-bench --bench keyed
 //! -- --test`.
 
 use std::sync::Arc;
@@ -12,8 +12,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use slotpool_bench::cases::keyed::{
     current_thread, multi_thread, reference_admit_release, reference_spawn_blocking,
     reference_tasks, slotpool_admit_release, slotpool_keyed, slotpool_spawn_blocking,
-    slotpool_tasks, RefKeyed, SPAWN_BLOCKING, TASKS, UNCONTENDED, WORKERS,
+    slotpool_tasks, SPAWN_BLOCKING, TASKS, UNCONTENDED, WORKERS,
 };
+use slotpool_bench::reference::keyed::RefKeyed;
 
 fn uncontended(c: &mut Criterion) {
     let rt = current_thread();

@@ -1,4 +1,5 @@
 //! The reference designs.
 
 pub mod client;
+pub mod keyed;
 pub mod stream;
