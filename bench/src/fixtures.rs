@@ -19,10 +19,11 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
+use slotpool::session::{self, LoopId, SessionContext, SessionRecord, SessionStore};
 use slotpool::stream::{Connector, Outbound, StreamRequest, StreamResponse};
 
 use crate::reference::stream::{RefConnector, RefOutbound};
@@ -166,6 +167,94 @@ impl RefConnector for EchoConnector {
             outbound,
             _msg: PhantomData,
         }))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions: a no-op connector and store
+// ---------------------------------------------------------------------------------------------
+
+/// A connection that is always up and never sends an event.
+#[derive(Debug)]
+pub struct NoopConn {
+    alive: AtomicBool,
+}
+
+/// Connects, bootstraps and reattaches at once; every connection stays alive.
+#[derive(Debug, Clone)]
+pub struct NoopSessionConnector {
+    loop_id: LoopId,
+}
+
+impl Default for NoopSessionConnector {
+    fn default() -> Self {
+        Self {
+            loop_id: LoopId::new("loop-bench"),
+        }
+    }
+}
+
+impl session::Connector for NoopSessionConnector {
+    type Conn = NoopConn;
+    type Event = ();
+    type Error = Infallible;
+
+    fn connect(&self) -> impl Future<Output = Result<NoopConn, Infallible>> + Send {
+        std::future::ready(Ok(NoopConn {
+            alive: AtomicBool::new(true),
+        }))
+    }
+
+    fn bootstrap(
+        &self,
+        _conn: &NoopConn,
+        _session: &str,
+        _ctx: &SessionContext,
+    ) -> impl Future<Output = Result<LoopId, Infallible>> + Send {
+        std::future::ready(Ok(self.loop_id.clone()))
+    }
+
+    fn reattach(
+        &self,
+        _conn: &NoopConn,
+        _loop_id: &LoopId,
+    ) -> impl Future<Output = Result<(), Infallible>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    fn is_alive(&self, conn: &NoopConn) -> bool {
+        conn.alive.load(Ordering::Relaxed)
+    }
+
+    fn next_event(&self, _conn: &NoopConn) -> impl Future<Output = Option<()>> + Send {
+        std::future::pending()
+    }
+
+    fn close(&self, conn: &NoopConn) {
+        conn.alive.store(false, Ordering::Relaxed);
+    }
+}
+
+/// A store that records nothing (every session bootstraps), so the cases time the pools.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopStore;
+
+impl SessionStore for NoopStore {
+    type Error = Infallible;
+
+    fn loop_id(
+        &self,
+        _session: &str,
+    ) -> impl Future<Output = Result<Option<LoopId>, Infallible>> + Send {
+        std::future::ready(Ok(None))
+    }
+
+    fn save(&self, _record: SessionRecord) -> impl Future<Output = Result<(), Infallible>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    fn touch(&self, _session: &str) -> impl Future<Output = Result<(), Infallible>> + Send {
+        std::future::ready(Ok(()))
     }
 }
 

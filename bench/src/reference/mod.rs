@@ -2,4 +2,5 @@
 
 pub mod client;
 pub mod keyed;
+pub mod session;
 pub mod stream;
