@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use slotpool_bench::cases::client::{
-    bb8, checkouts, checkouts_on_tasks, current_thread, deadpool, multi_thread, reference,
-    slotpool, tokio_semaphore, TASKS, UNCONTENDED, WORKERS,
+    bb8, checkouts, checkouts_on_tasks, deadpool, reference, slotpool, tokio_semaphore, TASKS,
+    UNCONTENDED, WORKERS,
 };
+use slotpool_bench::fixtures::{current_thread, multi_thread};
 
 fn uncontended(c: &mut Criterion) {
     let rt = current_thread();

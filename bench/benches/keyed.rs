@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use slotpool_bench::cases::keyed::{
-    current_thread, multi_thread, reference_admit_release, reference_spawn_blocking,
-    reference_tasks, slotpool_admit_release, slotpool_keyed, slotpool_spawn_blocking,
-    slotpool_tasks, SPAWN_BLOCKING, TASKS, UNCONTENDED, WORKERS,
+    reference_admit_release, reference_spawn_blocking, reference_tasks, slotpool_admit_release,
+    slotpool_keyed, slotpool_spawn_blocking, slotpool_tasks, SPAWN_BLOCKING, TASKS, UNCONTENDED,
+    WORKERS,
 };
+use slotpool_bench::fixtures::{current_thread, multi_thread};
 use slotpool_bench::reference::keyed::RefKeyed;
 
 fn uncontended(c: &mut Criterion) {

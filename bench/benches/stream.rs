@@ -12,7 +12,9 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use slotpool_bench::cases::stream::*;
-use slotpool_bench::fixtures::{EchoConnector, Floor, NoopConnector};
+use slotpool_bench::fixtures::{
+    current_thread, floor_acquire_release, multi_thread, EchoConnector, Floor, NoopConnector,
+};
 
 fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
     let mut group = c.benchmark_group(name);

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use slotpool_bench::cases::client as client_cases;
 use slotpool_bench::cases::stream::{
-    current_thread, floor_acquire_release, multi_thread, prewarm_reference, prewarm_slotpool,
-    reference_acquire_release, saturated_tasks, slotpool_acquire_release, slotpool_pool, DEPTH,
-    SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
+    prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
+    slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
+    WORKERS,
 };
-use slotpool_bench::fixtures::{Floor, NoopConnector};
+use slotpool_bench::fixtures::{
+    current_thread, floor_acquire_release, multi_thread, Floor, NoopConnector,
+};
 use slotpool_bench::reference::stream::RefStreamPool;
 
 fn main() {

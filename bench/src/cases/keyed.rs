@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use slotpool::keyed::{Keyed, KeyedError};
 use tokio::runtime::Runtime;
 
-use crate::fixtures::Floor;
+use crate::fixtures::{current_thread, floor_acquire_release, multi_thread, Floor};
 use crate::reference::keyed::{
     alias, slots_for, Family, RefKeyed, BLOCKING_THREADS, FAMILIES, FAMILY_SLOTS, SHARES,
 };
@@ -75,23 +75,6 @@ pub fn slotpool_keyed() -> Keyed<Family> {
         }
     }
     builder.build().expect("R2's configuration fits")
-}
-
-/// A current-thread runtime (the single-task case).
-pub fn current_thread() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
-
-/// A multi-thread runtime with `workers` workers.
-pub fn multi_thread(workers: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a multi-thread runtime builds")
 }
 
 /// The families task `task` cycles through: all 19, from its own offset.
@@ -148,19 +131,6 @@ pub async fn reference_admit_release(reference: &RefKeyed, task: usize, ops: u64
     start.elapsed()
 }
 
-/// `ops` × (CAS below the limit, `fetch_sub`).
-pub fn floor_admit_release(floor: &Floor, ops: u64) -> Duration {
-    let start = Instant::now();
-    for _ in 0..ops {
-        let taken = floor.try_acquire();
-        black_box(taken);
-        if taken {
-            floor.release();
-        }
-    }
-    start.elapsed()
-}
-
 /// Runs [`TASK_COUNT`] tasks on `rt` that share `ops` operations between them (exactly `ops`
 /// in all), each made by `task(index, its_ops)`, and returns the wall time from the first spawn
 /// to the last join.
@@ -209,7 +179,7 @@ pub fn floor_tasks(rt: &Runtime, floor: &Arc<Floor>, ops: u64) -> Duration {
     spawn_tasks(rt, ops, |_, n| {
         let floor = Arc::clone(floor);
         async move {
-            black_box(floor_admit_release(&floor, n));
+            black_box(floor_acquire_release(&floor, n));
         }
     })
 }
@@ -303,7 +273,7 @@ fn uncontended(settings: &Settings) -> Vec<Record> {
         ),
         (
             "floor",
-            Box::new(|ops| Sample::timed(ops, floor_admit_release(&floor, ops))),
+            Box::new(|ops| Sample::timed(ops, floor_acquire_release(&floor, ops))),
         ),
     ];
     interleave(UNCONTENDED, ops, settings, impls)

@@ -20,7 +20,8 @@ use tokio::runtime::Runtime;
 
 use crate::cases::client::{self as client_cases, checkouts_spread};
 use crate::cases::session;
-use crate::cases::stream::{self as stream_cases, multi_thread};
+use crate::cases::stream as stream_cases;
+use crate::fixtures::multi_thread;
 use crate::report::{interleave, split, Record, Runner, Sample, Settings};
 
 /// Worker counts measured by default.

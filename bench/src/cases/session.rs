@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 
 use slotpool::session::{SessionContext, SessionPool};
 use tokio::runtime::Runtime;
-use tokio::task::JoinHandle;
 
-use crate::fixtures::{NoopSessionConnector, NoopStore};
+use crate::fixtures::{join_all, multi_thread, NoopSessionConnector, NoopStore};
 use crate::reference::session::RefSessionPool;
 use crate::report::{interleave, Record, Runner, Sample, Settings};
 
@@ -66,11 +65,7 @@ pub type RefSessions = RefSessionPool<NoopSessionConnector, NoopStore>;
 
 /// The 2-worker runtime both cases run on.
 pub fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("cannot build the bench runtime: {e}"))
+    multi_thread(WORKERS)
 }
 
 /// The context every acquire passes.
@@ -144,14 +139,6 @@ fn next(state: &mut u64) -> u64 {
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
-}
-
-async fn join_all(handles: Vec<JoinHandle<()>>) {
-    for handle in handles {
-        if let Err(e) = handle.await {
-            panic!("bench task failed: {e}");
-        }
-    }
 }
 
 /// `tasks` tasks each re-acquire `ops_per_task` random live sessions (call inside

@@ -27,9 +27,14 @@ use hdrhistogram::Histogram;
 use slotpool::stream::{StreamGuard, StreamPool};
 use tokio::runtime::Runtime;
 
-use crate::fixtures::{EchoConnector, Floor, Msg, NoopConnector};
+use crate::fixtures::{
+    current_thread, floor_acquire_release, join_all, multi_thread, nanos, settle, EchoConnector,
+    Floor, Msg, NoopConnector,
+};
 use crate::reference::stream::{RefStreamGuard, RefStreamPool};
-use crate::report::{interleave, split, wait_histogram, Record, Runner, Sample, Settings};
+use crate::report::{
+    interleave, merge_waits, split, wait_histogram, Record, Runner, Sample, Settings,
+};
 
 /// Case name: one task, acquire then release.
 pub const UNCONTENDED: &str = "stream/uncontended";
@@ -92,23 +97,6 @@ pub type EchoRef = RefStreamPool<EchoConnector>;
 // Building blocks
 // ---------------------------------------------------------------------------------------------
 
-/// A current-thread runtime (the single-task cases).
-pub fn current_thread() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
-
-/// A multi-thread runtime with `workers` workers.
-pub fn multi_thread(workers: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a multi-thread runtime builds")
-}
-
 /// A bounded slotpool pool on `rt` (no background reaper).
 pub fn slotpool_pool<C: slotpool::stream::Connector>(
     rt: &Runtime,
@@ -123,24 +111,6 @@ pub fn slotpool_pool<C: slotpool::stream::Connector>(
         .reap_interval(None)
         .build()
         .expect("valid bench configuration")
-}
-
-/// Yields (then sleeps briefly) until `done()` holds, so spawned stream tasks get to run.
-///
-/// # Panics
-/// If it does not hold within about two seconds.
-pub async fn settle(done: impl Fn() -> bool) {
-    for round in 0..2_000u32 {
-        if done() {
-            return;
-        }
-        if round < 100 {
-            tokio::task::yield_now().await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-    panic!("stream tasks did not settle");
 }
 
 /// Opens `streams` streams on a slotpool pool (acquires `streams × depth` guards, drops them)
@@ -260,19 +230,6 @@ pub async fn reference_acquire_release(pool: &NoopRef, ops: u64) -> Duration {
     start.elapsed()
 }
 
-/// `ops` × (CAS below the limit, `fetch_sub`).
-pub fn floor_acquire_release(floor: &Floor, ops: u64) -> Duration {
-    let start = Instant::now();
-    for _ in 0..ops {
-        let taken = floor.try_acquire();
-        black_box(taken);
-        if taken {
-            floor.release();
-        }
-    }
-    start.elapsed()
-}
-
 /// `ops` × (acquire, send one request to the echo, await its response).
 pub async fn slotpool_round_trip(pool: &EchoPool, ops: u64) -> Duration {
     let start = Instant::now();
@@ -301,14 +258,6 @@ pub async fn reference_round_trip(pool: &EchoRef, ops: u64) -> Duration {
 // ---------------------------------------------------------------------------------------------
 // Runners: many tasks (call within `Runtime::block_on` of a multi-thread runtime)
 // ---------------------------------------------------------------------------------------------
-
-async fn join_all<T: Send + 'static>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
-    let mut out = Vec::with_capacity(handles.len());
-    for handle in handles {
-        out.push(handle.await.expect("bench task panicked"));
-    }
-    out
-}
 
 /// `tasks` tasks, each `ops_per_task` × (acquire, drop); wall time for all.
 pub async fn slotpool_tasks(pool: &Arc<NoopPool>, tasks: usize, ops_per_task: u64) -> Duration {
@@ -347,18 +296,6 @@ pub async fn floor_tasks(floor: &Arc<Floor>, tasks: usize, ops_per_task: u64) ->
         .collect();
     join_all(handles).await;
     start.elapsed()
-}
-
-fn merge(histograms: Vec<Histogram<u64>>) -> Histogram<u64> {
-    let mut all = wait_histogram();
-    for h in histograms {
-        all.add(&h).expect("histograms share bounds");
-    }
-    all
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Something the saturated loop takes a unit of capacity from and holds across a yield.
@@ -418,7 +355,7 @@ pub async fn saturated_tasks<P: Hold>(
         })
         .collect();
     let waits = join_all(handles).await;
-    (start.elapsed(), merge(waits))
+    (start.elapsed(), merge_waits(waits))
 }
 
 // ---------------------------------------------------------------------------------------------

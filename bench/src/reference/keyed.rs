@@ -227,10 +227,7 @@ mod tests {
     /// The reference refuses with `NoDurableEffect` and counts per caller family.
     #[test]
     fn reference_refuses_and_counts() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime builds");
+        let rt = crate::fixtures::current_thread();
         let reference = RefKeyed::new();
         rt.block_on(async {
             let _held: Vec<_> = {
