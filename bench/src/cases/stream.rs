@@ -219,8 +219,24 @@ pub async fn slotpool_acquire_release(pool: &NoopPool, ops: u64) -> Duration {
     start.elapsed()
 }
 
+/// A reference pool's `get`: the future of its own `get()`, handed back as it is, so a runner
+/// generic over the reference runs exactly the code a runner written for it would.
+pub trait Reference: Send + Sync + 'static {
+    /// The reference's guard.
+    type Guard: Send;
+    /// The reference's `get()`.
+    fn get(&self) -> impl std::future::Future<Output = Self::Guard> + Send;
+}
+
+impl Reference for NoopRef {
+    type Guard = RefStreamGuard<NoopConnector>;
+    fn get(&self) -> impl std::future::Future<Output = Self::Guard> + Send {
+        RefStreamPool::get(self)
+    }
+}
+
 /// `ops` × (get, drop) on one task.
-pub async fn reference_acquire_release(pool: &NoopRef, ops: u64) -> Duration {
+pub async fn reference_acquire_release<P: Reference>(pool: &P, ops: u64) -> Duration {
     let start = Instant::now();
     for _ in 0..ops {
         let guard = pool.get().await;
@@ -273,12 +289,16 @@ pub async fn slotpool_tasks(pool: &Arc<NoopPool>, tasks: usize, ops_per_task: u6
 }
 
 /// `tasks` tasks, each `ops_per_task` × (get, drop); wall time for all.
-pub async fn reference_tasks(pool: &Arc<NoopRef>, tasks: usize, ops_per_task: u64) -> Duration {
+pub async fn reference_tasks<P: Reference>(
+    pool: &Arc<P>,
+    tasks: usize,
+    ops_per_task: u64,
+) -> Duration {
     let start = Instant::now();
     let handles = (0..tasks)
         .map(|_| {
             let pool = Arc::clone(pool);
-            tokio::spawn(async move { reference_acquire_release(&pool, ops_per_task).await })
+            tokio::spawn(async move { reference_acquire_release(&*pool, ops_per_task).await })
         })
         .collect();
     join_all(handles).await;
