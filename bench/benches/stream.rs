@@ -55,7 +55,7 @@ fn uncontended(c: &mut Criterion) {
 fn scan(c: &mut Criterion) {
     let rt = current_thread();
     let pool = slotpool_pool(&rt, NoopConnector, SCAN_STREAMS, DEPTH);
-    let held = fill_slotpool(&rt, &pool);
+    let held = fill_slotpool(&rt, &pool, DEPTH);
     let reference = NoopRef::new(NoopConnector, Some(SCAN_STREAMS), DEPTH);
     let ref_held = fill_reference(&rt, &reference);
     let floor = Floor::new(SCAN_STREAMS * DEPTH);

@@ -150,16 +150,20 @@ pub fn prewarm_reference<C: crate::reference::stream::RefConnector>(
     });
 }
 
-/// Fills a 256-stream slotpool pool and keeps the lowest 240 streams full: returns the guards
-/// that hold them. Checks that the next acquire lands on stream 240.
-pub fn fill_slotpool<'p>(rt: &Runtime, pool: &'p NoopPool) -> Vec<StreamGuard<'p, NoopConnector>> {
-    let mut guards: Vec<_> = (0..SCAN_STREAMS * DEPTH)
+/// Fills a 256-stream slotpool pool of queue depth `depth` and keeps the lowest 240 streams
+/// full: returns the guards that hold them. Checks that the next acquire lands on stream 240.
+pub fn fill_slotpool<'p>(
+    rt: &Runtime,
+    pool: &'p NoopPool,
+    depth: usize,
+) -> Vec<StreamGuard<'p, NoopConnector>> {
+    let mut guards: Vec<_> = (0..SCAN_STREAMS * depth)
         .map(|_| pool.try_acquire().expect("room while filling"))
         .collect();
     guards.retain(|g| g.stream_index().is_some_and(|i| i < SCAN_FULL));
     assert_eq!(
         guards.len(),
-        SCAN_FULL * DEPTH,
+        SCAN_FULL * depth,
         "slotpool fills lowest first"
     );
     rt.block_on(settle(|| pool.stats().table.ready == SCAN_STREAMS));
@@ -408,6 +412,73 @@ pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Rec
     records
 }
 
+/// The three implementations of a one-task acquire/release case on `rt`: slotpool's `pool`,
+/// a reference (with its name in the records) and the floor.
+pub fn one_task_runners<'a, R: Reference>(
+    rt: &'a Runtime,
+    pool: &'a NoopPool,
+    (name, reference): (&'a str, &'a R),
+    floor: &'a Floor,
+) -> Vec<Runner<'a>> {
+    vec![
+        (
+            "slotpool",
+            Box::new(move |ops| {
+                Sample::timed(ops, rt.block_on(slotpool_acquire_release(pool, ops)))
+            }),
+        ),
+        (
+            name,
+            Box::new(move |ops| {
+                Sample::timed(ops, rt.block_on(reference_acquire_release(reference, ops)))
+            }),
+        ),
+        (
+            "floor",
+            Box::new(move |ops| {
+                Sample::timed(
+                    ops,
+                    rt.block_on(async { floor_acquire_release(floor, ops) }),
+                )
+            }),
+        ),
+    ]
+}
+
+/// The three implementations of a multi-task acquire/release case: `tasks` tasks on `rt`
+/// share each run's operations.
+pub fn many_task_runners<'a, R: Reference>(
+    rt: &'a Runtime,
+    pool: &'a Arc<NoopPool>,
+    (name, reference): (&'a str, &'a Arc<R>),
+    floor: &'a Arc<Floor>,
+    tasks: usize,
+) -> Vec<Runner<'a>> {
+    vec![
+        (
+            "slotpool",
+            Box::new(move |ops| {
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(slotpool_tasks(pool, tasks, per)))
+            }),
+        ),
+        (
+            name,
+            Box::new(move |ops| {
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(reference_tasks(reference, tasks, per)))
+            }),
+        ),
+        (
+            "floor",
+            Box::new(move |ops| {
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(floor_tasks(floor, tasks, per)))
+            }),
+        ),
+    ]
+}
+
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();
     let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
@@ -416,59 +487,19 @@ fn uncontended(settings: &Settings) -> Vec<Record> {
     prewarm_reference(&rt, &reference, 1, 1);
     let floor = Floor::new(STREAMS * DEPTH);
     let ops = settings.ops(ops::UNCONTENDED, 1_000);
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_acquire_release(&pool, ops)))),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                Sample::timed(ops, rt.block_on(reference_acquire_release(&reference, ops)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                Sample::timed(
-                    ops,
-                    rt.block_on(async { floor_acquire_release(&floor, ops) }),
-                )
-            }),
-        ),
-    ];
+    let impls = one_task_runners(&rt, &pool, ("reference", &reference), &floor);
     interleave(UNCONTENDED, ops, settings, impls)
 }
 
 fn scan(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();
     let pool = slotpool_pool(&rt, NoopConnector, SCAN_STREAMS, DEPTH);
-    let held = fill_slotpool(&rt, &pool);
+    let held = fill_slotpool(&rt, &pool, DEPTH);
     let reference = NoopRef::new(NoopConnector, Some(SCAN_STREAMS), DEPTH);
     let ref_held = fill_reference(&rt, &reference);
     let floor = Floor::new(SCAN_STREAMS * DEPTH);
     let ops = settings.ops(ops::SCAN, 1_000);
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_acquire_release(&pool, ops)))),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                Sample::timed(ops, rt.block_on(reference_acquire_release(&reference, ops)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                Sample::timed(
-                    ops,
-                    rt.block_on(async { floor_acquire_release(&floor, ops) }),
-                )
-            }),
-        ),
-    ];
+    let impls = one_task_runners(&rt, &pool, ("reference", &reference), &floor);
     let records = interleave(SCAN, ops, settings, impls);
     drop(held);
     drop(ref_held);
@@ -500,29 +531,7 @@ pub fn tasks_on(
     let reference = Arc::new(NoopRef::new(NoopConnector, Some(STREAMS), DEPTH));
     prewarm_reference(rt, &reference, 1, 1);
     let floor = Arc::new(Floor::new(STREAMS * DEPTH));
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(slotpool_tasks(&pool, tasks, per)))
-            }),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(reference_tasks(&reference, tasks, per)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(floor_tasks(&floor, tasks, per)))
-            }),
-        ),
-    ];
+    let impls = many_task_runners(rt, &pool, ("reference", &reference), &floor, tasks);
     interleave(case, split(ops, tasks).1, settings, impls)
 }
 
