@@ -4,3 +4,4 @@ pub mod client;
 pub mod keyed;
 pub mod session;
 pub mod stream;
+pub mod stream_depth1;

@@ -101,10 +101,10 @@ impl<E: fmt::Display> fmt::Display for RefError<E> {
 
 impl<E: fmt::Debug + fmt::Display> std::error::Error for RefError<E> {}
 
-type Reply<C> = Result<<C as Connector>::Response, RefError<<C as Connector>::Error>>;
-type Responder<C> = oneshot::Sender<Reply<C>>;
-type RequestSender<C> = mpsc::Sender<(<C as Connector>::Request, Responder<C>)>;
-type RequestReceiver<C> = mpsc::Receiver<(<C as Connector>::Request, Responder<C>)>;
+pub(crate) type Reply<C> = Result<<C as Connector>::Response, RefError<<C as Connector>::Error>>;
+pub(crate) type Responder<C> = oneshot::Sender<Reply<C>>;
+pub(crate) type RequestSender<C> = mpsc::Sender<(<C as Connector>::Request, Responder<C>)>;
+pub(crate) type RequestReceiver<C> = mpsc::Receiver<(<C as Connector>::Request, Responder<C>)>;
 
 /// One stream as the pool sees it.
 struct Entry<C: Connector> {
@@ -327,8 +327,9 @@ impl<C: RefConnector> fmt::Debug for RefStreamGuard<C> {
 }
 
 /// R1's stream task: connects, then forwards requests and routes responses by id until the
-/// stream ends or every sender is gone.
-async fn run_stream<C: RefConnector>(
+/// stream ends or every sender is gone. The depth-1 design ([`super::stream_depth1`]) runs the
+/// same task.
+pub(crate) async fn run_stream<C: RefConnector>(
     connector: &C,
     mut requests: RequestReceiver<C>,
 ) -> Result<(), RefError<C::Error>> {
