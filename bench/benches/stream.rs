@@ -1,10 +1,13 @@
 //! Criterion groups for the stream cases: `slotpool`, `reference` (R1) and `floor` side by
-//! side, timing the very runners `slotpool-bench` uses (`slotpool_bench::cases::stream`).
+//! side, timing the very runners `slotpool-bench` uses (`slotpool_bench::cases::stream` and
+//! `slotpool_bench::cases::stream_depth1`).
 //!
 //! `cargo bench -p slotpool-bench --bench stream` measures; `-- --test` runs each benchmark
 //! once (the CI smoke). The floor is left out of `stream/saturated` (it cannot wait; a bare
 //! tokio `Semaphore` runs that loop instead) and `stream/round-trip` (it routes nothing); see
-//! `stream_cases`' module documentation.
+//! the module documentation of `slotpool_bench::cases::stream`. The `stream-depth1/*` groups
+//! put slotpool at `max_queue_depth(1)` beside R1's depth-1 design (`reference-depth1`) and
+//! the floor.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +15,11 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use slotpool_bench::cases::stream::*;
+use slotpool_bench::cases::stream_depth1 as depth1;
 use slotpool_bench::fixtures::{
     current_thread, floor_acquire_release, multi_thread, EchoConnector, Floor, NoopConnector,
 };
+use tokio::runtime::Runtime;
 
 fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
     let mut group = c.benchmark_group(name);
@@ -148,5 +153,83 @@ fn round_trip(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, uncontended, scan, tasks, saturated, round_trip);
+/// The `stream-depth1/*` cases: slotpool at `max_queue_depth(1)`, R1's depth-1 design
+/// (`reference-depth1`) and the floor.
+fn depth1(c: &mut Criterion) {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH);
+    prewarm_slotpool(&rt, &pool, 1, depth1::DEPTH);
+    let reference = depth1::reference_pool(&rt, STREAMS);
+    depth1::prewarm_reference(&rt, &reference, 1);
+    let floor = Floor::new(STREAMS);
+    one_task_group(c, depth1::UNCONTENDED, &rt, &pool, &reference, &floor);
+
+    let busy = slotpool_pool(&rt, NoopConnector, depth1::BUSY_STREAMS, depth1::DEPTH);
+    let held = depth1::fill_slotpool(&rt, &busy);
+    let busy_ref = depth1::reference_pool(&rt, depth1::BUSY_STREAMS);
+    let ref_held = depth1::fill_reference(&rt, &busy_ref);
+    let floor = Floor::new(depth1::BUSY_STREAMS);
+    one_task_group(c, depth1::BUSY, &rt, &busy, &busy_ref, &floor);
+    drop(held);
+    drop(ref_held);
+
+    let rt = multi_thread(WORKERS);
+    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH));
+    prewarm_slotpool(&rt, &pool, TASK_COUNT, depth1::DEPTH);
+    let reference = Arc::new(depth1::reference_pool(&rt, STREAMS));
+    depth1::prewarm_reference(&rt, &reference, TASK_COUNT);
+    let floor = Arc::new(Floor::new(STREAMS));
+    let mut group = configure(c, depth1::TASKS);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, TASK_COUNT);
+            scale(rt.block_on(slotpool_tasks(&pool, TASK_COUNT, per)))
+        })
+    });
+    group.bench_function(depth1::REFERENCE, |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, TASK_COUNT);
+            scale(rt.block_on(reference_tasks(&reference, TASK_COUNT, per)))
+        })
+    });
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, TASK_COUNT);
+            scale(rt.block_on(floor_tasks(&floor, TASK_COUNT, per)))
+        })
+    });
+    group.finish();
+}
+
+/// One group of a one-task depth-1 case: slotpool, the depth-1 reference and the floor.
+fn one_task_group(
+    c: &mut Criterion,
+    name: &str,
+    rt: &Runtime,
+    pool: &NoopPool,
+    reference: &depth1::NoopDepth1Ref,
+    floor: &Floor,
+) {
+    let mut group = configure(c, name);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(pool, iters)))
+    });
+    group.bench_function(depth1::REFERENCE, |b| {
+        b.iter_custom(|iters| rt.block_on(reference_acquire_release(reference, iters)))
+    });
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| floor_acquire_release(floor, iters))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    uncontended,
+    scan,
+    tasks,
+    saturated,
+    round_trip,
+    depth1
+);
 criterion_main!(benches);

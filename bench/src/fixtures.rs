@@ -7,7 +7,7 @@
 //! | streams | [`Msg`], [`NoopConnector`] (a stream that opens at once and never answers: the acquire/release cases never send) and [`EchoConnector`] (an in-process "server" that answers every request with itself, so a round trip costs exactly the pool's forwarding and routing) |
 //! | sessions | [`NoopSessionConnector`] and [`NoopStore`]: connect, bootstrap and save at once, never an event |
 //! | channels and clients | [`IdChannels`], [`TrivialFactory`] (slotpool's and the reference's client pools) and [`NoopManager`] (bb8's) |
-//! | runtimes and tasks | [`current_thread`], [`multi_thread`], [`settle`], [`join_all`], [`nanos`] |
+//! | runtimes and tasks | [`current_thread`], [`multi_thread`], [`settle`], [`yield_to_tasks`], [`join_all`], [`nanos`] |
 //! | the floor | [`Floor`]: one CAS below a limit and one `fetch_sub`, the least any reservation can cost |
 //!
 //! Each stream connector implements both [`Connector`] (slotpool's trait, which hands it an
@@ -354,6 +354,14 @@ pub async fn settle(done: impl Fn() -> bool) {
         }
     }
     panic!("stream tasks did not settle");
+}
+
+/// Yields a hundred times, so that the stream tasks a reference spawned on this runtime get to
+/// run (the references offer no state to wait for, as [`settle`] does for slotpool).
+pub async fn yield_to_tasks() {
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Waits for every bench task, in order, and returns their outputs.

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use slotpool_bench::cases::{
     client as client_cases, e2e as e2e_cases, keyed, scaling, session, stream as stream_cases,
+    stream_depth1,
 };
 use slotpool_bench::report::{self, Record, Settings};
 
@@ -159,6 +160,9 @@ fn main() -> ExitCode {
     let mut records: Vec<Record> = Vec::new();
     if group_wanted(only, "stream/") {
         records.extend(stream_cases::compare_only(&settings, wanted));
+    }
+    if group_wanted(only, "stream-depth1/") {
+        records.extend(stream_depth1::compare_only(&settings, wanted));
     }
     if group_wanted(only, "keyed/") {
         records.extend(keyed::compare(&settings));

@@ -1,4 +1,5 @@
-//! The depth-1 reference ([`RefDepth1Pool`]) does what its design says:
+//! The depth-1 reference ([`RefDepth1Pool`]) does what its design says, and the depth-1 cases
+//! measure the states they name:
 //!
 //! * a stream with a request in flight goes to no other caller, and no stream ever carries
 //!   two requests at once, for the reference and for slotpool at `max_queue_depth(1)`, under
@@ -6,7 +7,10 @@
 //! * idle streams are handed out lowest id first;
 //! * a guard dropped while its request is in flight does not give its stream back: the stream
 //!   is dropped (its task ends and closes it) and the next caller gets a new one; a guard whose
-//!   response arrived does give it back.
+//!   response arrived does give it back;
+//! * the 256-240-busy fixtures leave 240 of 256 open streams checked out in both pools, and the
+//!   next acquire of each lands on stream 240;
+//! * every depth-1 case runs and reports slotpool, `reference-depth1` and the floor.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,9 +23,14 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use slotpool::stream::{Connector, Outbound, StreamPool};
 use slotpool_bench::cases::stream::slotpool_pool;
+use slotpool_bench::cases::stream_depth1::{
+    compare, fill_reference, fill_slotpool, reference_pool, BUSY_HELD, BUSY_STREAMS, CASES, DEPTH,
+    REFERENCE,
+};
 use slotpool_bench::fixtures::{current_thread, settle, Msg, NoopConnector};
 use slotpool_bench::reference::stream::{RefConnector, RefError, RefOutbound};
 use slotpool_bench::reference::stream_depth1::{RefDepth1Guard, RefDepth1Pool};
+use slotpool_bench::report::Settings;
 
 /// What the [`Tally`] streams saw, shared by all of them.
 #[derive(Debug, Default)]
@@ -405,4 +414,46 @@ fn a_stream_that_ended_is_not_given_back() {
         drop(after);
         assert!(pool.idle_ids().is_empty());
     });
+}
+
+#[test]
+fn the_busy_fixtures_hold_240_of_256_streams_in_both_pools() {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, BUSY_STREAMS, DEPTH);
+    let held = fill_slotpool(&rt, &pool);
+    assert_eq!(held.len(), BUSY_HELD);
+    assert!(held
+        .iter()
+        .all(|g| g.stream_index().is_some_and(|i| i < BUSY_HELD)));
+    let stats = pool.stats().table;
+    assert_eq!(stats.ready, BUSY_STREAMS, "256 streams open");
+    assert_eq!(stats.in_flight, BUSY_HELD as u64, "240 checked out");
+    let next = pool.try_acquire().ok().and_then(|g| g.stream_index());
+    assert_eq!(next, Some(BUSY_HELD), "the next acquire takes stream 240");
+
+    let reference = reference_pool(&rt, BUSY_STREAMS);
+    let ref_held = fill_reference(&rt, &reference);
+    let ids: Vec<_> = ref_held.iter().map(|g| g.stream_id()).collect();
+    assert_eq!(ids, (0..BUSY_HELD).collect::<Vec<_>>(), "240 checked out");
+    assert_eq!(
+        reference.idle_ids(),
+        (BUSY_HELD..BUSY_STREAMS).collect::<Vec<_>>(),
+        "16 idle: 256 open"
+    );
+    let next = rt.block_on(reference.get()).stream_id();
+    assert_eq!(next, BUSY_HELD, "the next get takes stream 240");
+}
+
+#[test]
+fn every_case_runs_and_reports_its_three_implementations() {
+    let records = compare(&Settings::smoke());
+    for case in CASES {
+        for name in ["slotpool", REFERENCE, "floor"] {
+            let record = records
+                .iter()
+                .find(|r| r.case == case && r.impl_name == name);
+            assert!(record.is_some_and(|r| r.ops > 0), "{case} {name}");
+        }
+    }
+    assert_eq!(records.len(), CASES.len() * 3);
 }

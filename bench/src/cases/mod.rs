@@ -6,3 +6,4 @@ pub mod keyed;
 pub mod scaling;
 pub mod session;
 pub mod stream;
+pub mod stream_depth1;

@@ -28,8 +28,8 @@ use slotpool::stream::{StreamGuard, StreamPool};
 use tokio::runtime::Runtime;
 
 use crate::fixtures::{
-    current_thread, floor_acquire_release, join_all, multi_thread, nanos, settle, EchoConnector,
-    Floor, Msg, NoopConnector,
+    current_thread, floor_acquire_release, join_all, multi_thread, nanos, settle, yield_to_tasks,
+    EchoConnector, Floor, Msg, NoopConnector,
 };
 use crate::reference::stream::{RefStreamGuard, RefStreamPool};
 use crate::report::{
@@ -143,9 +143,7 @@ pub fn prewarm_reference<C: crate::reference::stream::RefConnector>(
             guards.push(pool.get().await);
         }
         drop(guards);
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-        }
+        yield_to_tasks().await;
         assert_eq!(pool.load(), (streams, 0));
     });
 }
@@ -188,9 +186,7 @@ pub fn fill_reference(rt: &Runtime, pool: &NoopRef) -> Vec<RefStreamGuard<NoopCo
         }
         assert_eq!(pool.load(), (SCAN_STREAMS, SCAN_STREAMS * DEPTH));
         guards.clear();
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-        }
+        yield_to_tasks().await;
         assert_eq!(pool.load(), (SCAN_STREAMS, 0), "every stream idle and open");
         for _ in 0..SCAN_FULL * DEPTH {
             guards.push(pool.get().await);

@@ -9,7 +9,7 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `mod.rs` | [`Record`] and reading records back ([`find`], [`ratio`], [`cases`]) |
+//! | `mod.rs` | [`Record`] and reading records back ([`find`], [`ratio`], [`cases`], [`reference_of`]) |
 //! | `harness.rs` | [`Settings`], [`Sample`], [`Runner`], [`interleave`], medians, wait histograms |
 //! | `table.rs` | the plain-text tables |
 //! | `json.rs` | the JSON file |
@@ -77,6 +77,15 @@ pub fn ratio(records: &[Record], case: &str, numerator: &str, denominator: &str)
     let n = find(records, case, numerator)?.ns_per_op;
     let d = find(records, case, denominator)?.ns_per_op;
     (d > 0.0 && n.is_finite() && d.is_finite()).then(|| n / d)
+}
+
+/// The name of `case`'s reference design: its first implementation whose name starts with
+/// `reference` (`reference` in most cases, `reference-depth1` in the depth-1 ones).
+pub fn reference_of<'a>(records: &'a [Record], case: &str) -> Option<&'a str> {
+    records
+        .iter()
+        .find(|r| r.case == case && r.impl_name.starts_with("reference"))
+        .map(|r| r.impl_name.as_str())
 }
 
 /// Case names in first-seen order.

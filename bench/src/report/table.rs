@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{cases, find, ratio, Record};
+use super::{cases, find, ratio, reference_of, Record};
 
 fn fmt_ns(ns: f64) -> String {
     if ns >= 10_000_000.0 {
@@ -23,14 +23,15 @@ fn fmt_ratio(r: Option<f64>) -> String {
 
 /// A plain-text table per case: impl, ns/op (waits, where measured, in ns unless marked µs
 /// or ms), wait percentiles and the longest wait where measured, and the ratios
-/// `reference/slotpool` and `slotpool/floor`.
+/// `reference/slotpool` (the case's reference: see [`reference_of`]) and `slotpool/floor`.
 pub fn table(records: &[Record]) -> String {
     let mut out = String::new();
     for case in cases(records) {
+        let reference = reference_of(records, case).unwrap_or("reference");
         let _ = writeln!(
             out,
-            "{case}  (reference/slotpool {}, slotpool/floor {})",
-            fmt_ratio(ratio(records, case, "reference", "slotpool")),
+            "{case}  ({reference}/slotpool {}, slotpool/floor {})",
+            fmt_ratio(ratio(records, case, reference, "slotpool")),
             fmt_ratio(ratio(records, case, "slotpool", "floor")),
         );
         let _ = writeln!(
