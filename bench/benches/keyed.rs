@@ -2,8 +2,8 @@
 //! group, timing the same runners as the `compare` run (`slotpool_bench::cases::keyed`).
 //!
 //! Groups: `keyed/uncontended`, `keyed/8-tasks-2-workers` and `keyed/spawn-blocking` (see the
-//! case table in `bench/src/cases/keyed.rs`). Smoke run: `cargo bench -p slotpool-bench --bench keyed
-//! -- --test`.
+//! case table in `bench/src/cases/keyed.rs`). Smoke run:
+//! `cargo bench -p slotpool-bench --bench keyed -- --test`.
 
 use std::sync::Arc;
 use std::time::Duration;

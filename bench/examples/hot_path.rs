@@ -8,8 +8,9 @@
 //! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
 //! `stream-depth1` and `reference-depth1` run `stream-depth1/uncontended`, and
 //! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
-//! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the `acquire().await`
-//! loop) also print their wall time per round, to separate the atomic path from the future. The timed rounds run inside [`timed`], so
+//! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
+//! `acquire().await` loop) also print their wall time per round, to separate the atomic path
+//! from the future. The timed rounds run inside [`timed`], so
 //! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::reference::stream`]) and the
-//! floor ([`Floor`]) side by side, over the same connectors ([`crate::fixtures`]).
+//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::reference::stream`])
+//! and the floor ([`Floor`]) side by side, over the same connectors ([`crate::fixtures`]).
 //!
 //! | case | what it measures |
 //! |---|---|

@@ -1,8 +1,9 @@
 //! R1's whole nested gRPC stack, rebuilt faithfully from SEEDS.md so that slotpool's stack
 //! can be measured against it end to end (`e2e/*`). The pools are the reference designs of
 //! `bench/`: [`RefChannelPool`] and [`RefClientPool`] ([`crate::reference::client`], R1's
-//! `Mutex<BTreeMap>` pools with a semaphore) and [`RefStreamPool`] ([`crate::reference::stream`], R1's
-//! linear scan under a mutex). This module adds what nests them over tonic:
+//! `Mutex<BTreeMap>` pools with a semaphore) and [`RefStreamPool`]
+//! ([`crate::reference::stream`], R1's linear scan under a mutex). This module adds what nests
+//! them over tonic:
 //!
 //! * the same channel connector and client factory as slotpool's stack
 //!   ([`EndpointConnector`] over `Endpoint::connect_lazy`, `PageServiceClient::new`), so both
