@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use slotpool::stream::Connector;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::stream::{run_stream, RefConnector, RefError, RequestSender, StreamId};
+use super::stream::{spawn_reaper, spawn_stream, RefConnector, RefError, RequestSender, StreamId};
 
 /// An idle stream in the map.
 struct Idle<C: Connector> {
@@ -138,15 +138,14 @@ impl<C: RefConnector> RefDepth1Pool<C> {
         let id = self.inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = mpsc::channel(1);
         let connector = Arc::clone(&self.inner.connector);
-        let pool = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            if let Err(_error) = run_stream(&*connector, receiver).await {
-                // R1 logs the error here; the bench has no logger.
-            }
-            if let Some(pool) = pool.upgrade() {
+        spawn_stream(
+            connector,
+            receiver,
+            Arc::downgrade(&self.inner),
+            move |pool| {
                 pool.lock().remove(&id);
-            }
-        });
+            },
+        );
         (id, sender)
     }
 
@@ -167,16 +166,8 @@ impl<C: RefConnector> RefDepth1Pool<C> {
         interval: Duration,
         threshold: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let pool = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            loop {
-                ticker.tick().await;
-                let Some(inner) = pool.upgrade() else {
-                    return;
-                };
-                RefDepth1Pool { inner }.reap(threshold);
-            }
+        spawn_reaper(Arc::downgrade(&self.inner), interval, move |inner| {
+            RefDepth1Pool { inner }.reap(threshold);
         })
     }
 
