@@ -44,17 +44,14 @@ fn uncontended(c: &mut Criterion) {
     let reference = NoopRef::new(NoopConnector, Some(STREAMS), DEPTH);
     prewarm_reference(&rt, &reference, 1, 1);
     let floor = Floor::new(STREAMS * DEPTH);
-    let mut group = configure(c, UNCONTENDED);
-    group.bench_function("slotpool", |b| {
-        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(&pool, iters)))
-    });
-    group.bench_function("reference", |b| {
-        b.iter_custom(|iters| rt.block_on(reference_acquire_release(&reference, iters)))
-    });
-    group.bench_function("floor", |b| {
-        b.iter_custom(|iters| floor_acquire_release(&floor, iters))
-    });
-    group.finish();
+    one_task_group(
+        c,
+        UNCONTENDED,
+        &rt,
+        &pool,
+        ("reference", &reference),
+        &floor,
+    );
 }
 
 fn scan(c: &mut Criterion) {
@@ -64,17 +61,7 @@ fn scan(c: &mut Criterion) {
     let reference = NoopRef::new(NoopConnector, Some(SCAN_STREAMS), DEPTH);
     let ref_held = fill_reference(&rt, &reference);
     let floor = Floor::new(SCAN_STREAMS * DEPTH);
-    let mut group = configure(c, SCAN);
-    group.bench_function("slotpool", |b| {
-        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(&pool, iters)))
-    });
-    group.bench_function("reference", |b| {
-        b.iter_custom(|iters| rt.block_on(reference_acquire_release(&reference, iters)))
-    });
-    group.bench_function("floor", |b| {
-        b.iter_custom(|iters| floor_acquire_release(&floor, iters))
-    });
-    group.finish();
+    one_task_group(c, SCAN, &rt, &pool, ("reference", &reference), &floor);
     drop(held);
     drop(ref_held);
 }
@@ -86,23 +73,91 @@ fn tasks(c: &mut Criterion) {
     let reference = Arc::new(NoopRef::new(NoopConnector, Some(STREAMS), DEPTH));
     prewarm_reference(&rt, &reference, 1, 1);
     let floor = Arc::new(Floor::new(STREAMS * DEPTH));
-    let mut group = configure(c, TASKS);
+    many_task_group(c, TASKS, &rt, &pool, ("reference", &reference), &floor);
+}
+
+/// The `stream-depth1/*` cases: slotpool at `max_queue_depth(1)`, R1's depth-1 design
+/// (`reference-depth1`) and the floor.
+fn depth1(c: &mut Criterion) {
+    let rt = current_thread();
+    let pool = slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH);
+    prewarm_slotpool(&rt, &pool, 1, depth1::DEPTH);
+    let reference = depth1::reference_pool(&rt, STREAMS);
+    depth1::prewarm_reference(&rt, &reference, 1);
+    let floor = Floor::new(STREAMS);
+    let named = (depth1::REFERENCE, &reference);
+    one_task_group(c, depth1::UNCONTENDED, &rt, &pool, named, &floor);
+
+    let busy = slotpool_pool(&rt, NoopConnector, depth1::BUSY_STREAMS, depth1::DEPTH);
+    let held = depth1::fill_slotpool(&rt, &busy);
+    let busy_ref = depth1::reference_pool(&rt, depth1::BUSY_STREAMS);
+    let ref_held = depth1::fill_reference(&rt, &busy_ref);
+    let floor = Floor::new(depth1::BUSY_STREAMS);
+    let named = (depth1::REFERENCE, &busy_ref);
+    one_task_group(c, depth1::BUSY, &rt, &busy, named, &floor);
+    drop(held);
+    drop(ref_held);
+
+    let rt = multi_thread(WORKERS);
+    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH));
+    prewarm_slotpool(&rt, &pool, TASK_COUNT, depth1::DEPTH);
+    let reference = Arc::new(depth1::reference_pool(&rt, STREAMS));
+    depth1::prewarm_reference(&rt, &reference, TASK_COUNT);
+    let floor = Arc::new(Floor::new(STREAMS));
+    let named = (depth1::REFERENCE, &reference);
+    many_task_group(c, depth1::TASKS, &rt, &pool, named, &floor);
+}
+
+/// One group of a one-task acquire/release case: slotpool, a reference (with its name) and
+/// the floor.
+fn one_task_group<R: Reference>(
+    c: &mut Criterion,
+    case: &str,
+    rt: &Runtime,
+    pool: &NoopPool,
+    (name, reference): (&str, &R),
+    floor: &Floor,
+) {
+    let mut group = configure(c, case);
+    group.bench_function("slotpool", |b| {
+        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(pool, iters)))
+    });
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| rt.block_on(reference_acquire_release(reference, iters)))
+    });
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| floor_acquire_release(floor, iters))
+    });
+    group.finish();
+}
+
+/// One group of a multi-task acquire/release case ([`TASK_COUNT`] tasks share the
+/// iterations): slotpool, a reference (with its name) and the floor.
+fn many_task_group<R: Reference>(
+    c: &mut Criterion,
+    case: &str,
+    rt: &Runtime,
+    pool: &Arc<NoopPool>,
+    (name, reference): (&str, &Arc<R>),
+    floor: &Arc<Floor>,
+) {
+    let mut group = configure(c, case);
     group.bench_function("slotpool", |b| {
         b.iter_custom(|iters| {
             let (per, scale) = per_task(iters, TASK_COUNT);
-            scale(rt.block_on(slotpool_tasks(&pool, TASK_COUNT, per)))
+            scale(rt.block_on(slotpool_tasks(pool, TASK_COUNT, per)))
         })
     });
-    group.bench_function("reference", |b| {
+    group.bench_function(name, |b| {
         b.iter_custom(|iters| {
             let (per, scale) = per_task(iters, TASK_COUNT);
-            scale(rt.block_on(reference_tasks(&reference, TASK_COUNT, per)))
+            scale(rt.block_on(reference_tasks(reference, TASK_COUNT, per)))
         })
     });
     group.bench_function("floor", |b| {
         b.iter_custom(|iters| {
             let (per, scale) = per_task(iters, TASK_COUNT);
-            scale(rt.block_on(floor_tasks(&floor, TASK_COUNT, per)))
+            scale(rt.block_on(floor_tasks(floor, TASK_COUNT, per)))
         })
     });
     group.finish();
@@ -149,76 +204,6 @@ fn round_trip(c: &mut Criterion) {
     });
     group.bench_function("reference", |b| {
         b.iter_custom(|iters| rt.block_on(reference_round_trip(&reference, iters)))
-    });
-    group.finish();
-}
-
-/// The `stream-depth1/*` cases: slotpool at `max_queue_depth(1)`, R1's depth-1 design
-/// (`reference-depth1`) and the floor.
-fn depth1(c: &mut Criterion) {
-    let rt = current_thread();
-    let pool = slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH);
-    prewarm_slotpool(&rt, &pool, 1, depth1::DEPTH);
-    let reference = depth1::reference_pool(&rt, STREAMS);
-    depth1::prewarm_reference(&rt, &reference, 1);
-    let floor = Floor::new(STREAMS);
-    one_task_group(c, depth1::UNCONTENDED, &rt, &pool, &reference, &floor);
-
-    let busy = slotpool_pool(&rt, NoopConnector, depth1::BUSY_STREAMS, depth1::DEPTH);
-    let held = depth1::fill_slotpool(&rt, &busy);
-    let busy_ref = depth1::reference_pool(&rt, depth1::BUSY_STREAMS);
-    let ref_held = depth1::fill_reference(&rt, &busy_ref);
-    let floor = Floor::new(depth1::BUSY_STREAMS);
-    one_task_group(c, depth1::BUSY, &rt, &busy, &busy_ref, &floor);
-    drop(held);
-    drop(ref_held);
-
-    let rt = multi_thread(WORKERS);
-    let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH));
-    prewarm_slotpool(&rt, &pool, TASK_COUNT, depth1::DEPTH);
-    let reference = Arc::new(depth1::reference_pool(&rt, STREAMS));
-    depth1::prewarm_reference(&rt, &reference, TASK_COUNT);
-    let floor = Arc::new(Floor::new(STREAMS));
-    let mut group = configure(c, depth1::TASKS);
-    group.bench_function("slotpool", |b| {
-        b.iter_custom(|iters| {
-            let (per, scale) = per_task(iters, TASK_COUNT);
-            scale(rt.block_on(slotpool_tasks(&pool, TASK_COUNT, per)))
-        })
-    });
-    group.bench_function(depth1::REFERENCE, |b| {
-        b.iter_custom(|iters| {
-            let (per, scale) = per_task(iters, TASK_COUNT);
-            scale(rt.block_on(reference_tasks(&reference, TASK_COUNT, per)))
-        })
-    });
-    group.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            let (per, scale) = per_task(iters, TASK_COUNT);
-            scale(rt.block_on(floor_tasks(&floor, TASK_COUNT, per)))
-        })
-    });
-    group.finish();
-}
-
-/// One group of a one-task depth-1 case: slotpool, the depth-1 reference and the floor.
-fn one_task_group(
-    c: &mut Criterion,
-    name: &str,
-    rt: &Runtime,
-    pool: &NoopPool,
-    reference: &depth1::NoopDepth1Ref,
-    floor: &Floor,
-) {
-    let mut group = configure(c, name);
-    group.bench_function("slotpool", |b| {
-        b.iter_custom(|iters| rt.block_on(slotpool_acquire_release(pool, iters)))
-    });
-    group.bench_function(depth1::REFERENCE, |b| {
-        b.iter_custom(|iters| rt.block_on(reference_acquire_release(reference, iters)))
-    });
-    group.bench_function("floor", |b| {
-        b.iter_custom(|iters| floor_acquire_release(floor, iters))
     });
     group.finish();
 }

@@ -31,6 +31,7 @@ use slotpool_bench::fixtures::{current_thread, settle, Msg, NoopConnector};
 use slotpool_bench::reference::stream::{RefConnector, RefError, RefOutbound};
 use slotpool_bench::reference::stream_depth1::{RefDepth1Guard, RefDepth1Pool};
 use slotpool_bench::report::Settings;
+use tokio::runtime::Runtime;
 
 /// What the [`Tally`] streams saw, shared by all of them.
 #[derive(Debug, Default)]
@@ -188,20 +189,23 @@ fn request(task: usize, round: u64) -> Msg {
     }
 }
 
-#[test]
-fn the_reference_never_puts_two_requests_on_one_stream() {
-    let rt = current_thread();
-    let tally = Tally::answering();
-    let pool = Arc::new(RefDepth1Pool::new(tally.clone(), Some(STREAMS)));
+/// Runs [`TASKS`] tasks on `rt`, each making [`ROUNDS`] calls of `round(pool, task, round)`,
+/// which returns the response's body; checks every caller got its own answer, every stream
+/// held at most one unanswered request, and `tally` opened [`STREAMS`] streams.
+fn load<P, F, Fut>(rt: &Runtime, pool: &Arc<P>, tally: &Tally, round: F)
+where
+    P: Send + Sync + 'static,
+    F: Fn(Arc<P>, usize, u64) -> Fut + Copy + Send + 'static,
+    Fut: Future<Output = Option<u64>> + Send,
+{
     rt.block_on(async {
         let tasks: Vec<_> = (0..TASKS)
             .map(|t| {
-                let pool = Arc::clone(&pool);
+                let pool = Arc::clone(pool);
                 tokio::spawn(async move {
-                    for round in 0..ROUNDS {
-                        let mut guard = pool.get().await;
-                        let response = guard.send(request(t, round)).await;
-                        assert_eq!(response.ok().map(|m| m.body), Some(request(t, round).body));
+                    for r in 0..ROUNDS {
+                        let body = round(Arc::clone(&pool), t, r).await;
+                        assert_eq!(body, Some(request(t, r).body), "its own answer");
                     }
                 })
             })
@@ -212,16 +216,21 @@ fn the_reference_never_puts_two_requests_on_one_stream() {
     });
     let counts = &tally.counts;
     assert_eq!(counts.answered.load(SeqCst), TASKS * ROUNDS as usize);
-    assert_eq!(
-        counts.max_unanswered.load(SeqCst),
-        1,
-        "depth 1 on every stream"
-    );
-    assert_eq!(
-        counts.opened.load(SeqCst),
-        STREAMS,
-        "no more streams than permits"
-    );
+    let max = counts.max_unanswered.load(SeqCst);
+    assert_eq!(max, 1, "depth 1 on every stream");
+    let opened = counts.opened.load(SeqCst);
+    assert_eq!(opened, STREAMS, "as many streams as permits");
+}
+
+#[test]
+fn the_reference_never_puts_two_requests_on_one_stream() {
+    let rt = current_thread();
+    let tally = Tally::answering();
+    let pool = Arc::new(RefDepth1Pool::new(tally.clone(), Some(STREAMS)));
+    load(&rt, &pool, &tally, |pool, t, r| async move {
+        let mut guard = pool.get().await;
+        guard.send(request(t, r)).await.ok().map(|m| m.body)
+    });
     assert_eq!(pool.idle_ids(), (0..STREAMS).collect::<Vec<_>>());
 }
 
@@ -230,34 +239,12 @@ fn slotpool_at_depth_one_never_puts_two_requests_on_one_stream() {
     let rt = current_thread();
     let tally = Tally::answering();
     let pool: Arc<StreamPool<Tally>> = Arc::new(slotpool_pool(&rt, tally.clone(), STREAMS, 1));
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|t| {
-                let pool = Arc::clone(&pool);
-                tokio::spawn(async move {
-                    for round in 0..ROUNDS {
-                        let guard = pool.acquire().await;
-                        let response = match guard {
-                            Ok(guard) => guard.send(request(t, round)).await.ok(),
-                            Err(_) => None,
-                        };
-                        assert_eq!(response.map(|m| m.body), Some(request(t, round).body));
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            assert!(task.await.is_ok(), "a caller failed");
+    load(&rt, &pool, &tally, |pool, t, r| async move {
+        match pool.acquire().await {
+            Ok(guard) => guard.send(request(t, r)).await.ok().map(|m| m.body),
+            Err(_) => None,
         }
     });
-    let counts = &tally.counts;
-    assert_eq!(counts.answered.load(SeqCst), TASKS * ROUNDS as usize);
-    assert_eq!(
-        counts.max_unanswered.load(SeqCst),
-        1,
-        "depth 1 on every stream"
-    );
-    assert_eq!(counts.opened.load(SeqCst), STREAMS);
 }
 
 #[test]
