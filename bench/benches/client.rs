@@ -1,6 +1,6 @@
 //! Criterion benches of exclusive client checkout: slotpool, the R1 reference, deadpool 0.13
 //! (unmanaged), bb8 0.9 (no-op manager) and a bare tokio `Semaphore` side by side in each
-//! group, timing the same runners as the `compare` run (`slotpool_bench::client_cases`).
+//! group, timing the same runners as the `compare` run (`slotpool_bench::cases::client`).
 //!
 //! Groups: `client/uncontended` and `client/8-tasks-2-workers`. Smoke run:
 //! `cargo bench -p slotpool-bench --bench client -- --test`.
@@ -8,10 +8,11 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use slotpool_bench::client_cases::{
-    bb8, checkouts, checkouts_on_tasks, current_thread, deadpool, multi_thread, reference,
-    slotpool, tokio_semaphore, TASKS, UNCONTENDED, WORKERS,
+use slotpool_bench::cases::client::{
+    bb8, checkouts, checkouts_on_tasks, deadpool, reference, slotpool, tokio_semaphore, TASKS,
+    UNCONTENDED, WORKERS,
 };
+use slotpool_bench::fixtures::{current_thread, multi_thread};
 
 fn uncontended(c: &mut Criterion) {
     let rt = current_thread();

@@ -1,6 +1,6 @@
 //! Criterion groups for the end-to-end cases: GetPage requests through slotpool's whole stack
 //! and R1's (`reference`) over tonic on loopback, timing the very runners `slotpool-bench`
-//! uses (`slotpool_bench::e2e_cases`).
+//! uses (`slotpool_bench::cases::e2e`).
 //!
 //! `cargo bench -p slotpool-bench --bench e2e` measures; `-- --test` runs each benchmark once
 //! (the CI smoke). With `SLOTPOOL_E2E_COMPARE=quick` (or `full`, `smoke`) it first prints the
@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use slotpool_bench::e2e_cases::{
+use slotpool_bench::cases::e2e::{
     case_name, compare, reference_run, slotpool_run, E2e, CONCURRENCY,
 };
 use slotpool_bench::report::{self, Settings};

@@ -1,19 +1,21 @@
 //! Criterion benches of keyed admission: slotpool and the R2 reference side by side in each
-//! group, timing the same runners as the `compare` run (`slotpool_bench::keyed`).
+//! group, timing the same runners as the `compare` run (`slotpool_bench::cases::keyed`).
 //!
 //! Groups: `keyed/uncontended`, `keyed/8-tasks-2-workers` and `keyed/spawn-blocking` (see the
-//! case table in `bench/src/keyed.rs`). Smoke run: `cargo bench -p slotpool-bench --bench keyed
-//! -- --test`.
+//! case table in `bench/src/cases/keyed.rs`). Smoke run:
+//! `cargo bench -p slotpool-bench --bench keyed -- --test`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use slotpool_bench::keyed::{
-    current_thread, multi_thread, reference_admit_release, reference_spawn_blocking,
-    reference_tasks, slotpool_admit_release, slotpool_keyed, slotpool_spawn_blocking,
-    slotpool_tasks, RefKeyed, SPAWN_BLOCKING, TASKS, UNCONTENDED, WORKERS,
+use slotpool_bench::cases::keyed::{
+    reference_admit_release, reference_spawn_blocking, reference_tasks, slotpool_admit_release,
+    slotpool_keyed, slotpool_spawn_blocking, slotpool_tasks, SPAWN_BLOCKING, TASKS, UNCONTENDED,
+    WORKERS,
 };
+use slotpool_bench::fixtures::{current_thread, multi_thread};
+use slotpool_bench::reference::keyed::RefKeyed;
 
 fn uncontended(c: &mut Criterion) {
     let rt = current_thread();

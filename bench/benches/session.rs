@@ -1,6 +1,6 @@
 //! Criterion groups for the session cases: `slotpool` and `reference` (R3) side by side.
 //!
-//! The runners are `slotpool_bench::session`'s, so these time the same code as the
+//! The runners are `slotpool_bench::cases::session`'s, so these time the same code as the
 //! `slotpool-bench` comparison. Both cases run 8 tasks on a 2-worker runtime, so they use
 //! `iter_custom` with the wall time of all tasks; criterion's per-iteration time is per
 //! acquire (hot) or per acquire → release cycle (churn), over all tasks.
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use slotpool_bench::session::{
+use slotpool_bench::cases::session::{
     fill_reference, fill_slotpool, hot_ids, reference_churn, reference_hot, reference_pool,
     runtime, slotpool_churn, slotpool_hot, slotpool_pool, CHURN, HOT, TASK_COUNT,
 };

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
-use slotpool_bench::e2e_cases::E2e;
+use slotpool_bench::cases::e2e::E2e;
 use slotpool_bench::grpc::page_request;
 
 struct Counting;

@@ -6,21 +6,26 @@
 //! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
 //! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
 //! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
-//! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the `acquire().await`
-//! loop) also print their wall time per round, to separate the atomic path from the future. The timed rounds run inside [`timed`], so
+//! `stream-depth1` and `reference-depth1` run `stream-depth1/uncontended`, and
+//! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
+//! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
+//! `acquire().await` loop) also print their wall time per round, to separate the atomic path
+//! from the future. The timed rounds run inside [`timed`], so
 //! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
 
 use std::sync::Arc;
 
-use slotpool_bench::client_cases;
-use slotpool_bench::fixtures::NoopConnector;
-use slotpool_bench::report::Floor;
-use slotpool_bench::stream_cases::{
-    current_thread, floor_acquire_release, multi_thread, prewarm_reference, prewarm_slotpool,
-    reference_acquire_release, saturated_tasks, slotpool_acquire_release, slotpool_pool, DEPTH,
-    SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS, WORKERS,
+use slotpool_bench::cases::client as client_cases;
+use slotpool_bench::cases::stream::{
+    prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
+    slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
+    WORKERS,
 };
-use slotpool_bench::stream_ref::RefStreamPool;
+use slotpool_bench::cases::stream_depth1 as depth1;
+use slotpool_bench::fixtures::{
+    current_thread, floor_acquire_release, multi_thread, Floor, NoopConnector,
+};
+use slotpool_bench::reference::stream::RefStreamPool;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -60,6 +65,26 @@ fn main() {
                 RefStreamPool::new(NoopConnector, Some(STREAMS), DEPTH)
             };
             prewarm_reference(&rt, &pool, 1, 1);
+            timed(|| rt.block_on(reference_acquire_release(&pool, rounds)));
+        }
+        "stream-depth1" => {
+            let pool = slotpool_pool(&rt, NoopConnector, STREAMS, depth1::DEPTH);
+            prewarm_slotpool(&rt, &pool, 1, depth1::DEPTH);
+            timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
+        }
+        "reference-depth1" => {
+            let pool = depth1::reference_pool(&rt, STREAMS);
+            depth1::prewarm_reference(&rt, &pool, 1);
+            timed(|| rt.block_on(reference_acquire_release(&pool, rounds)));
+        }
+        "stream-depth1-busy" => {
+            let pool = slotpool_pool(&rt, NoopConnector, depth1::BUSY_STREAMS, depth1::DEPTH);
+            let _held = depth1::fill_slotpool(&rt, &pool);
+            timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
+        }
+        "reference-depth1-busy" => {
+            let pool = depth1::reference_pool(&rt, depth1::BUSY_STREAMS);
+            let _held = depth1::fill_reference(&rt, &pool);
             timed(|| rt.block_on(reference_acquire_release(&pool, rounds)));
         }
         "floor" => {

@@ -1,5 +1,8 @@
 //! `slotpool-bench`: the side-by-side comparison of slotpool, the reference designs and the
-//! floor. Prints a table per case, writes the records as JSON and the ratios as an SVG chart.
+//! floor. Runs the case groups of `slotpool_bench::cases` in order (`stream/`,
+//! `stream-depth1/`, `keyed/`, `session/`, `client/`, `e2e/`; or the `scaling/` cases), prints a
+//! table per case, writes the records as JSON and the ratios as an SVG chart
+//! (`slotpool_bench::report`).
 //!
 //! ```text
 //! cargo run --release -p slotpool-bench [-- --quick|--smoke] [--json PATH] [--svg PATH] [--only PREFIX]
@@ -9,8 +12,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use slotpool_bench::cases::{client, e2e, keyed, scaling, session, stream, stream_depth1};
 use slotpool_bench::report::{self, Record, Settings};
-use slotpool_bench::{chart, client_cases, e2e_cases, keyed, scaling, session, stream_cases};
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
@@ -136,7 +139,7 @@ fn main() -> ExitCode {
         print!(
             "\n{}\n{}",
             report::table(&records),
-            scaling::summary(&records)
+            report::scaling_summary(&records)
         );
         println!("total {:.1} s", started.elapsed().as_secs_f64());
         return match report::write_json(&args.json, &records) {
@@ -156,7 +159,10 @@ fn main() -> ExitCode {
 
     let mut records: Vec<Record> = Vec::new();
     if group_wanted(only, "stream/") {
-        records.extend(stream_cases::compare_only(&settings, wanted));
+        records.extend(stream::compare_only(&settings, wanted));
+    }
+    if group_wanted(only, "stream-depth1/") {
+        records.extend(stream_depth1::compare_only(&settings, wanted));
     }
     if group_wanted(only, "keyed/") {
         records.extend(keyed::compare(&settings));
@@ -165,10 +171,10 @@ fn main() -> ExitCode {
         records.extend(session::compare(&settings));
     }
     if group_wanted(only, "client/") {
-        records.extend(client_cases::compare(&settings));
+        records.extend(client::compare(&settings));
     }
     if group_wanted(only, "e2e/") {
-        records.extend(e2e_cases::compare(&settings));
+        records.extend(e2e::compare(&settings));
     }
     records.retain(|r| wanted(&r.case));
 
@@ -186,7 +192,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let svg = chart::ratios_svg(&records);
+    let svg = report::ratios_svg(&records);
     let written = args
         .svg
         .parent()

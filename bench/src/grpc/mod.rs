@@ -1,7 +1,10 @@
 //! The GetPage service over real tonic: the generated code, the glue that lets slotpool's
-//! `StreamPool` carry its messages, an in-process test server with fault knobs
-//! ([`server`]), R1's whole nested stack rebuilt faithfully for comparison ([`reference`]),
-//! and slotpool's own stack wired the way R1 nests it ([`stack`]).
+//! `StreamPool` carry its messages, an in-process test server with fault knobs ([`server`]),
+//! R1's whole nested stack rebuilt faithfully for comparison ([`reference`](mod@reference)),
+//! and slotpool's own stack wired the way R1 nests it ([`stack`]). The two stacks live here
+//! together, not with the pool designs in `crate::reference`: R1's adds no design of its own
+//! (it nests R1's stream, client and channel pools over tonic) and must be built exactly as
+//! slotpool's is, from the same endpoint connector and client factory.
 //!
 //! The service (`proto/getpage.proto`, compiled by `build.rs` without a system `protoc`) has
 //! one bidirectional method, `GetPages`: many page requests on one stream, each answered by a

@@ -1,8 +1,9 @@
 //! R1's whole nested gRPC stack, rebuilt faithfully from SEEDS.md so that slotpool's stack
 //! can be measured against it end to end (`e2e/*`). The pools are the reference designs of
-//! `bench/`: [`RefChannelPool`] and [`RefClientPool`] ([`crate::client_ref`], R1's
-//! `Mutex<BTreeMap>` pools with a semaphore) and [`RefStreamPool`] ([`crate::stream_ref`], R1's
-//! linear scan under a mutex). This module adds what nests them over tonic:
+//! `bench/`: [`RefChannelPool`] and [`RefClientPool`] ([`crate::reference::client`], R1's
+//! `Mutex<BTreeMap>` pools with a semaphore) and [`RefStreamPool`]
+//! ([`crate::reference::stream`], R1's linear scan under a mutex). This module adds what nests
+//! them over tonic:
 //!
 //! * the same channel connector and client factory as slotpool's stack
 //!   ([`EndpointConnector`] over `Endpoint::connect_lazy`, `PageServiceClient::new`), so both
@@ -25,8 +26,8 @@ use tonic::{Status, Streaming};
 
 use super::stack::Factory;
 use super::{GetPageRequest, GetPageResponse, PageServiceClient};
-use crate::client_ref::{RefChannelPool, RefClientGuard, RefClientPool};
-use crate::stream_ref::{RefConnector, RefError, RefOutbound, RefStreamPool};
+use crate::reference::client::{RefChannelPool, RefClientGuard, RefClientPool};
+use crate::reference::stream::{RefConnector, RefError, RefOutbound, RefStreamPool};
 
 /// The reference channel pool over tonic.
 pub type RefChannels = RefChannelPool<EndpointConnector>;

@@ -491,7 +491,7 @@ enum Out {
     End(Option<Status>),
 }
 
-/// The response half of a stream: yields responses until an [`Out::End`].
+/// The response half of a stream: yields responses until an `Out::End`.
 pub struct ResponseStream {
     rx: mpsc::UnboundedReceiver<Out>,
     done: bool,

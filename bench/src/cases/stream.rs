@@ -1,5 +1,5 @@
-//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::stream_ref`]) and the
-//! floor ([`Floor`]) side by side, over the same connectors ([`crate::fixtures`]).
+//! The stream cases: slotpool's `StreamPool`, the R1 reference ([`crate::reference::stream`])
+//! and the floor ([`Floor`]) side by side, over the same connectors ([`crate::fixtures`]).
 //!
 //! | case | what it measures |
 //! |---|---|
@@ -27,9 +27,14 @@ use hdrhistogram::Histogram;
 use slotpool::stream::{StreamGuard, StreamPool};
 use tokio::runtime::Runtime;
 
-use crate::fixtures::{EchoConnector, Msg, NoopConnector};
-use crate::report::{interleave, split, wait_histogram, Floor, Record, Runner, Sample, Settings};
-use crate::stream_ref::{RefStreamGuard, RefStreamPool};
+use crate::fixtures::{
+    current_thread, floor_acquire_release, join_all, multi_thread, nanos, settle, yield_to_tasks,
+    EchoConnector, Floor, Msg, NoopConnector,
+};
+use crate::reference::stream::{RefStreamGuard, RefStreamPool};
+use crate::report::{
+    interleave, merge_waits, split, wait_histogram, Record, Runner, Sample, Settings,
+};
 
 /// Case name: one task, acquire then release.
 pub const UNCONTENDED: &str = "stream/uncontended";
@@ -92,23 +97,6 @@ pub type EchoRef = RefStreamPool<EchoConnector>;
 // Building blocks
 // ---------------------------------------------------------------------------------------------
 
-/// A current-thread runtime (the single-task cases).
-pub fn current_thread() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
-
-/// A multi-thread runtime with `workers` workers.
-pub fn multi_thread(workers: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a multi-thread runtime builds")
-}
-
 /// A bounded slotpool pool on `rt` (no background reaper).
 pub fn slotpool_pool<C: slotpool::stream::Connector>(
     rt: &Runtime,
@@ -123,24 +111,6 @@ pub fn slotpool_pool<C: slotpool::stream::Connector>(
         .reap_interval(None)
         .build()
         .expect("valid bench configuration")
-}
-
-/// Yields (then sleeps briefly) until `done()` holds, so spawned stream tasks get to run.
-///
-/// # Panics
-/// If it does not hold within about two seconds.
-pub async fn settle(done: impl Fn() -> bool) {
-    for round in 0..2_000u32 {
-        if done() {
-            return;
-        }
-        if round < 100 {
-            tokio::task::yield_now().await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-    panic!("stream tasks did not settle");
 }
 
 /// Opens `streams` streams on a slotpool pool (acquires `streams × depth` guards, drops them)
@@ -161,7 +131,7 @@ pub fn prewarm_slotpool<C: slotpool::stream::Connector>(
 }
 
 /// Opens `streams` streams on a reference pool (as [`prewarm_slotpool`]).
-pub fn prewarm_reference<C: crate::stream_ref::RefConnector>(
+pub fn prewarm_reference<C: crate::reference::stream::RefConnector>(
     rt: &Runtime,
     pool: &RefStreamPool<C>,
     streams: usize,
@@ -173,23 +143,25 @@ pub fn prewarm_reference<C: crate::stream_ref::RefConnector>(
             guards.push(pool.get().await);
         }
         drop(guards);
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-        }
+        yield_to_tasks().await;
         assert_eq!(pool.load(), (streams, 0));
     });
 }
 
-/// Fills a 256-stream slotpool pool and keeps the lowest 240 streams full: returns the guards
-/// that hold them. Checks that the next acquire lands on stream 240.
-pub fn fill_slotpool<'p>(rt: &Runtime, pool: &'p NoopPool) -> Vec<StreamGuard<'p, NoopConnector>> {
-    let mut guards: Vec<_> = (0..SCAN_STREAMS * DEPTH)
+/// Fills a 256-stream slotpool pool of queue depth `depth` and keeps the lowest 240 streams
+/// full: returns the guards that hold them. Checks that the next acquire lands on stream 240.
+pub fn fill_slotpool<'p>(
+    rt: &Runtime,
+    pool: &'p NoopPool,
+    depth: usize,
+) -> Vec<StreamGuard<'p, NoopConnector>> {
+    let mut guards: Vec<_> = (0..SCAN_STREAMS * depth)
         .map(|_| pool.try_acquire().expect("room while filling"))
         .collect();
     guards.retain(|g| g.stream_index().is_some_and(|i| i < SCAN_FULL));
     assert_eq!(
         guards.len(),
-        SCAN_FULL * DEPTH,
+        SCAN_FULL * depth,
         "slotpool fills lowest first"
     );
     rt.block_on(settle(|| pool.stats().table.ready == SCAN_STREAMS));
@@ -214,9 +186,7 @@ pub fn fill_reference(rt: &Runtime, pool: &NoopRef) -> Vec<RefStreamGuard<NoopCo
         }
         assert_eq!(pool.load(), (SCAN_STREAMS, SCAN_STREAMS * DEPTH));
         guards.clear();
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-        }
+        yield_to_tasks().await;
         assert_eq!(pool.load(), (SCAN_STREAMS, 0), "every stream idle and open");
         for _ in 0..SCAN_FULL * DEPTH {
             guards.push(pool.get().await);
@@ -249,26 +219,29 @@ pub async fn slotpool_acquire_release(pool: &NoopPool, ops: u64) -> Duration {
     start.elapsed()
 }
 
+/// A reference pool's `get`: the future of its own `get()`, handed back as it is, so a runner
+/// generic over the reference runs exactly the code a runner written for it would.
+pub trait Reference: Send + Sync + 'static {
+    /// The reference's guard.
+    type Guard: Send;
+    /// The reference's `get()`.
+    fn get(&self) -> impl std::future::Future<Output = Self::Guard> + Send;
+}
+
+impl Reference for NoopRef {
+    type Guard = RefStreamGuard<NoopConnector>;
+    fn get(&self) -> impl std::future::Future<Output = Self::Guard> + Send {
+        RefStreamPool::get(self)
+    }
+}
+
 /// `ops` × (get, drop) on one task.
-pub async fn reference_acquire_release(pool: &NoopRef, ops: u64) -> Duration {
+pub async fn reference_acquire_release<P: Reference>(pool: &P, ops: u64) -> Duration {
     let start = Instant::now();
     for _ in 0..ops {
         let guard = pool.get().await;
         black_box(&guard);
         drop(guard);
-    }
-    start.elapsed()
-}
-
-/// `ops` × (CAS below the limit, `fetch_sub`).
-pub fn floor_acquire_release(floor: &Floor, ops: u64) -> Duration {
-    let start = Instant::now();
-    for _ in 0..ops {
-        let taken = floor.try_acquire();
-        black_box(taken);
-        if taken {
-            floor.release();
-        }
     }
     start.elapsed()
 }
@@ -302,14 +275,6 @@ pub async fn reference_round_trip(pool: &EchoRef, ops: u64) -> Duration {
 // Runners: many tasks (call within `Runtime::block_on` of a multi-thread runtime)
 // ---------------------------------------------------------------------------------------------
 
-async fn join_all<T: Send + 'static>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
-    let mut out = Vec::with_capacity(handles.len());
-    for handle in handles {
-        out.push(handle.await.expect("bench task panicked"));
-    }
-    out
-}
-
 /// `tasks` tasks, each `ops_per_task` × (acquire, drop); wall time for all.
 pub async fn slotpool_tasks(pool: &Arc<NoopPool>, tasks: usize, ops_per_task: u64) -> Duration {
     let start = Instant::now();
@@ -324,12 +289,16 @@ pub async fn slotpool_tasks(pool: &Arc<NoopPool>, tasks: usize, ops_per_task: u6
 }
 
 /// `tasks` tasks, each `ops_per_task` × (get, drop); wall time for all.
-pub async fn reference_tasks(pool: &Arc<NoopRef>, tasks: usize, ops_per_task: u64) -> Duration {
+pub async fn reference_tasks<P: Reference>(
+    pool: &Arc<P>,
+    tasks: usize,
+    ops_per_task: u64,
+) -> Duration {
     let start = Instant::now();
     let handles = (0..tasks)
         .map(|_| {
             let pool = Arc::clone(pool);
-            tokio::spawn(async move { reference_acquire_release(&pool, ops_per_task).await })
+            tokio::spawn(async move { reference_acquire_release(&*pool, ops_per_task).await })
         })
         .collect();
     join_all(handles).await;
@@ -347,18 +316,6 @@ pub async fn floor_tasks(floor: &Arc<Floor>, tasks: usize, ops_per_task: u64) ->
         .collect();
     join_all(handles).await;
     start.elapsed()
-}
-
-fn merge(histograms: Vec<Histogram<u64>>) -> Histogram<u64> {
-    let mut all = wait_histogram();
-    for h in histograms {
-        all.add(&h).expect("histograms share bounds");
-    }
-    all
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Something the saturated loop takes a unit of capacity from and holds across a yield.
@@ -418,7 +375,7 @@ pub async fn saturated_tasks<P: Hold>(
         })
         .collect();
     let waits = join_all(handles).await;
-    (start.elapsed(), merge(waits))
+    (start.elapsed(), merge_waits(waits))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,6 +408,73 @@ pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Rec
     records
 }
 
+/// The three implementations of a one-task acquire/release case on `rt`: slotpool's `pool`,
+/// a reference (with its name in the records) and the floor.
+pub fn one_task_runners<'a, R: Reference>(
+    rt: &'a Runtime,
+    pool: &'a NoopPool,
+    (name, reference): (&'a str, &'a R),
+    floor: &'a Floor,
+) -> Vec<Runner<'a>> {
+    vec![
+        (
+            "slotpool",
+            Box::new(move |ops| {
+                Sample::timed(ops, rt.block_on(slotpool_acquire_release(pool, ops)))
+            }),
+        ),
+        (
+            name,
+            Box::new(move |ops| {
+                Sample::timed(ops, rt.block_on(reference_acquire_release(reference, ops)))
+            }),
+        ),
+        (
+            "floor",
+            Box::new(move |ops| {
+                Sample::timed(
+                    ops,
+                    rt.block_on(async { floor_acquire_release(floor, ops) }),
+                )
+            }),
+        ),
+    ]
+}
+
+/// The three implementations of a multi-task acquire/release case: `tasks` tasks on `rt`
+/// share each run's operations.
+pub fn many_task_runners<'a, R: Reference>(
+    rt: &'a Runtime,
+    pool: &'a Arc<NoopPool>,
+    (name, reference): (&'a str, &'a Arc<R>),
+    floor: &'a Arc<Floor>,
+    tasks: usize,
+) -> Vec<Runner<'a>> {
+    vec![
+        (
+            "slotpool",
+            Box::new(move |ops| {
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(slotpool_tasks(pool, tasks, per)))
+            }),
+        ),
+        (
+            name,
+            Box::new(move |ops| {
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(reference_tasks(reference, tasks, per)))
+            }),
+        ),
+        (
+            "floor",
+            Box::new(move |ops| {
+                let (per, done) = split(ops, tasks);
+                Sample::timed(done, rt.block_on(floor_tasks(floor, tasks, per)))
+            }),
+        ),
+    ]
+}
+
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();
     let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
@@ -459,59 +483,19 @@ fn uncontended(settings: &Settings) -> Vec<Record> {
     prewarm_reference(&rt, &reference, 1, 1);
     let floor = Floor::new(STREAMS * DEPTH);
     let ops = settings.ops(ops::UNCONTENDED, 1_000);
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_acquire_release(&pool, ops)))),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                Sample::timed(ops, rt.block_on(reference_acquire_release(&reference, ops)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                Sample::timed(
-                    ops,
-                    rt.block_on(async { floor_acquire_release(&floor, ops) }),
-                )
-            }),
-        ),
-    ];
+    let impls = one_task_runners(&rt, &pool, ("reference", &reference), &floor);
     interleave(UNCONTENDED, ops, settings, impls)
 }
 
 fn scan(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();
     let pool = slotpool_pool(&rt, NoopConnector, SCAN_STREAMS, DEPTH);
-    let held = fill_slotpool(&rt, &pool);
+    let held = fill_slotpool(&rt, &pool, DEPTH);
     let reference = NoopRef::new(NoopConnector, Some(SCAN_STREAMS), DEPTH);
     let ref_held = fill_reference(&rt, &reference);
     let floor = Floor::new(SCAN_STREAMS * DEPTH);
     let ops = settings.ops(ops::SCAN, 1_000);
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| Sample::timed(ops, rt.block_on(slotpool_acquire_release(&pool, ops)))),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                Sample::timed(ops, rt.block_on(reference_acquire_release(&reference, ops)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                Sample::timed(
-                    ops,
-                    rt.block_on(async { floor_acquire_release(&floor, ops) }),
-                )
-            }),
-        ),
-    ];
+    let impls = one_task_runners(&rt, &pool, ("reference", &reference), &floor);
     let records = interleave(SCAN, ops, settings, impls);
     drop(held);
     drop(ref_held);
@@ -543,29 +527,7 @@ pub fn tasks_on(
     let reference = Arc::new(NoopRef::new(NoopConnector, Some(STREAMS), DEPTH));
     prewarm_reference(rt, &reference, 1, 1);
     let floor = Arc::new(Floor::new(STREAMS * DEPTH));
-    let impls: Vec<Runner<'_>> = vec![
-        (
-            "slotpool",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(slotpool_tasks(&pool, tasks, per)))
-            }),
-        ),
-        (
-            "reference",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(reference_tasks(&reference, tasks, per)))
-            }),
-        ),
-        (
-            "floor",
-            Box::new(|ops| {
-                let (per, done) = split(ops, tasks);
-                Sample::timed(done, rt.block_on(floor_tasks(&floor, tasks, per)))
-            }),
-        ),
-    ];
+    let impls = many_task_runners(rt, &pool, ("reference", &reference), &floor, tasks);
     interleave(case, split(ops, tasks).1, settings, impls)
 }
 

@@ -4,7 +4,7 @@
 //! | impl | what |
 //! |---|---|
 //! | `slotpool` | `slotpool::client::ClientPool` (`max_clients = 16`) over a `ChannelPool` |
-//! | `reference` | R1's client pool ([`crate::client_ref`]): semaphore + `Mutex<BTreeMap>` |
+//! | `reference` | R1's client pool ([`crate::reference::client`]): semaphore + `Mutex<BTreeMap>` |
 //! | `deadpool` | deadpool 0.13 **unmanaged** `deadpool::unmanaged::Pool` holding 16 objects |
 //! | `bb8` | bb8 0.9 with a no-op `ManageConnection`, `max_size = min_idle = 16`, no check-out test |
 //! | `tokio-semaphore` | a bare `tokio::sync::Semaphore` of 16: acquire, drop (the floor of an async bound) |
@@ -17,18 +17,20 @@
 //! Every pool is built and prewarmed once per case (all 16 clients exist before timing); the
 //! runners are public so the criterion benches (`benches/client.rs`) time the same code.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slotpool::channel::{ChannelConnector, ChannelPool};
-use slotpool::client::{ClientFactory, ClientPool};
+use slotpool::channel::ChannelPool;
+use slotpool::client::ClientPool;
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 
-use crate::client_ref::{RefChannelPool, RefClientPool};
+use crate::fixtures::{
+    current_thread, multi_thread, IdChannels, NoopManager, Trivial, TrivialFactory,
+};
+use crate::reference::client::{RefChannelPool, RefClientPool};
 use crate::report::{interleave, Record, Runner, Sample, Settings};
 
 /// Case name: one task, acquire then drop.
@@ -53,55 +55,6 @@ pub mod ops {
     pub const UNCONTENDED: u64 = 2_000_000;
     /// `client/8-tasks-2-workers` (all tasks together).
     pub const TASKS: u64 = 1_000_000;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fixtures
-// ---------------------------------------------------------------------------------------------
-
-/// Channels that are just their id.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct IdChannels;
-
-impl ChannelConnector for IdChannels {
-    type Channel = u64;
-    fn connect_lazy(&self, id: u64) -> u64 {
-        id
-    }
-}
-
-/// A trivial client: a counter.
-#[derive(Debug, Default)]
-pub struct Trivial(pub u64);
-
-/// Builds [`Trivial`] clients, never fails.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TrivialFactory;
-
-impl ClientFactory<u64> for TrivialFactory {
-    type Client = Trivial;
-    type Error = Infallible;
-    async fn make(&self, channel: &u64) -> Result<Trivial, Infallible> {
-        Ok(Trivial(*channel))
-    }
-}
-
-/// bb8's no-op manager.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopManager;
-
-impl bb8::ManageConnection for NoopManager {
-    type Connection = Trivial;
-    type Error = Infallible;
-    async fn connect(&self) -> Result<Trivial, Infallible> {
-        Ok(Trivial(0))
-    }
-    async fn is_valid(&self, _conn: &mut Trivial) -> Result<(), Infallible> {
-        Ok(())
-    }
-    fn has_broken(&self, _conn: &mut Trivial) -> bool {
-        false
-    }
 }
 
 /// slotpool's client pool over the fixtures.
@@ -193,23 +146,6 @@ impl Checkout for TokioSemaphore {
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 // ---------------------------------------------------------------------------------------------
-
-/// A current-thread runtime.
-pub fn current_thread() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
-
-/// A multi-thread runtime with `workers` workers.
-pub fn multi_thread(workers: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a multi-thread runtime builds")
-}
 
 /// slotpool with all 16 clients built and idle.
 pub fn slotpool(rt: &Runtime) -> Slotpool {

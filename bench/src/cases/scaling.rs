@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use crate::client_cases::{self, checkouts_spread};
+use crate::cases::client::{self as client_cases, checkouts_spread};
+use crate::cases::session;
+use crate::cases::stream as stream_cases;
+use crate::fixtures::multi_thread;
 use crate::report::{interleave, split, Record, Runner, Sample, Settings};
-use crate::session;
-use crate::stream_cases::{self, multi_thread};
 
 /// Worker counts measured by default.
 pub const WORKERS: [usize; 5] = [1, 2, 4, 8, 16];
@@ -134,32 +135,4 @@ fn session_hot(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record>
     pool.stop();
     rt.block_on(reference.stop());
     records
-}
-
-/// One line per case family and worker count: each implementation's ns/op and how many
-/// times slower than slotpool it is.
-pub fn summary(records: &[Record]) -> String {
-    use std::fmt::Write as _;
-    let mut out =
-        String::from("scaling summary (ns/op; in brackets: that impl's ns/op over slotpool's)\n");
-    for case in crate::report::cases(records) {
-        let Some(slot) = crate::report::find(records, case, "slotpool") else {
-            continue;
-        };
-        let _ = write!(out, "  {case:<34} slotpool {:>8.1}", slot.ns_per_op);
-        for r in records
-            .iter()
-            .filter(|r| r.case == case && r.impl_name != "slotpool")
-        {
-            let _ = write!(
-                out,
-                "  {} {:.1} ({:.2}×)",
-                r.impl_name,
-                r.ns_per_op,
-                r.ns_per_op / slot.ns_per_op
-            );
-        }
-        out.push('\n');
-    }
-    out
 }

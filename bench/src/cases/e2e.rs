@@ -32,11 +32,12 @@ use hdrhistogram::Histogram;
 use tokio::runtime::Runtime;
 use tonic::transport::Endpoint;
 
+use crate::fixtures::{join_all, multi_thread, nanos};
 use crate::grpc::reference::RefStack;
 use crate::grpc::server::TestServer;
 use crate::grpc::stack::{SlotStack, StackConfig};
 use crate::grpc::{page_request, GetPageResponse};
-use crate::report::{interleave, wait_histogram, Record, Runner, Sample, Settings};
+use crate::report::{interleave, merge_waits, wait_histogram, Record, Runner, Sample, Settings};
 
 /// Concurrency levels measured.
 pub const CONCURRENCY: [usize; 4] = [1, 16, 64, 256];
@@ -82,25 +83,17 @@ pub struct E2e {
     pub server_rt: Runtime,
 }
 
-fn runtime(workers: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a multi-thread runtime builds")
-}
-
 impl E2e {
     /// Starts the server and builds both stacks (no requests yet).
     ///
     /// # Panics
     /// If the loopback port cannot be bound or a runtime cannot start.
     pub fn new() -> Self {
-        let server_rt = runtime(SERVER_WORKERS);
+        let server_rt = multi_thread(SERVER_WORKERS);
         let server = server_rt
             .block_on(TestServer::start(server_rt.handle().clone()))
             .expect("bind 127.0.0.1:0");
-        let rt = runtime(WORKERS);
+        let rt = multi_thread(WORKERS);
         let config = StackConfig {
             max_clients_per_channel: CLIENTS_PER_CHANNEL,
             max_clients: None,
@@ -143,10 +136,6 @@ impl Default for E2e {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn check(response: &GetPageResponse) {
     assert_eq!(response.status, 0, "the bench server answers OK");
 }
@@ -156,24 +145,6 @@ fn check(response: &GetPageResponse) {
 /// work of the bench, not of either stack, so it stays outside the timed window.
 fn task_histograms(tasks: usize) -> Vec<Histogram<u64>> {
     (0..tasks).map(|_| wait_histogram()).collect()
-}
-
-/// Waits for every task; the caller stops its clock right after.
-async fn join_all(handles: Vec<tokio::task::JoinHandle<Histogram<u64>>>) -> Vec<Histogram<u64>> {
-    let mut histograms = Vec::with_capacity(handles.len());
-    for handle in handles {
-        histograms.push(handle.await.expect("a bench task panicked"));
-    }
-    histograms
-}
-
-/// Merges the tasks' histograms (after the clock has stopped).
-fn merge(histograms: Vec<Histogram<u64>>) -> Histogram<u64> {
-    let mut all = wait_histogram();
-    for h in &histograms {
-        all.add(h).expect("histograms share bounds");
-    }
-    all
 }
 
 /// `tasks` tasks, each sending `per_task` requests back to back through slotpool's stack; wall
@@ -209,7 +180,7 @@ pub async fn slotpool_run(
         .collect();
     let histograms = join_all(handles).await;
     let elapsed = start.elapsed();
-    (elapsed, merge(histograms))
+    (elapsed, merge_waits(histograms))
 }
 
 /// The reference's [`slotpool_run`].
@@ -244,7 +215,7 @@ pub async fn reference_run(
         .collect();
     let histograms = join_all(handles).await;
     let elapsed = start.elapsed();
-    (elapsed, merge(histograms))
+    (elapsed, merge_waits(histograms))
 }
 
 /// Every e2e case: slotpool and the reference, interleaved, one [`Record`] each per case.

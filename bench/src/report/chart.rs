@@ -1,11 +1,12 @@
 //! A hand-written SVG bar chart of the comparison's ratios (no plotting crate): per case, one
-//! bar for `reference/slotpool` (how many times faster slotpool is than the reference) and one
+//! bar for `reference/slotpool` (how many times faster slotpool is than the case's reference
+//! design, see [`reference_of`]) and one
 //! for `slotpool/floor` (how far slotpool is above the least a reservation can cost), on a
 //! logarithmic axis with a line at 1×.
 
 use std::fmt::Write as _;
 
-use crate::report::{cases, ratio, Record};
+use super::{cases, ratio, reference_of, Record};
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 250.0;
@@ -36,7 +37,14 @@ pub fn ratios_svg(records: &[Record]) -> String {
         .map(|case| {
             SERIES
                 .iter()
-                .map(|(_, n, d, _)| ratio(records, case, n, d).filter(|r| *r > 0.0))
+                .map(|&(_, n, d, _)| {
+                    // The reference bar uses the case's own reference (e.g. `reference-depth1`).
+                    let n = match n {
+                        "reference" => reference_of(records, case).unwrap_or(n),
+                        _ => n,
+                    };
+                    ratio(records, case, n, d).filter(|r| *r > 0.0)
+                })
                 .collect()
         })
         .collect();

@@ -1,4 +1,5 @@
-//! The keyed cases: slotpool's `keyed` admission, the R2 reference ([`RefKeyed`]) and the
+//! The keyed cases: slotpool's `keyed` admission, the R2 reference ([`RefKeyed`],
+//! [`crate::reference::keyed`]) and the
 //! floor ([`Floor`]) side by side, over R2's families: 19 caller keys aliased onto 9 shares
 //! ([`FAMILIES`], [`alias`]).
 //!
@@ -12,31 +13,21 @@
 //! there is no pool-free equivalent of a trip through the blocking pool, so it is left out of
 //! `keyed/spawn-blocking`.
 //!
-//! # The reference (R2, from `SEEDS.md`)
-//!
-//! Every call locks one global `std::sync::Mutex<BTreeMap<Key, Arc<tokio::sync::Semaphore>>>`
-//! to find (or lazily create) its share's semaphore after resolving its family through the
-//! [`alias`] function, then waits in `tokio::time::timeout(wait, sem.clone().acquire_owned())`.
-//! A refusal is `Unavailable { family, reach: NoDurableEffect }`, counted per family; the permit
-//! moves into the `spawn_blocking` closure, which enters the span inside; a lost join is
-//! `PossiblyApplied` for a mutation and `NoDurableEffect` for a read. Every permit drop locks
-//! the semaphore's waiter mutex (tokio's `Semaphore` release). R2's "global" registry is held
-//! here by one [`RefKeyed`] value that every task shares: the same one lock for all callers,
-//! but a fresh one per case.
-//!
 //! Runtimes, registries and the reference are built once per case, not per repeat; the runners
 //! are public so that the criterion benches (`benches/keyed.rs`) time the same code.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slotpool::keyed::{Keyed, KeyedError};
 use tokio::runtime::Runtime;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::report::{interleave, Floor, Record, Runner, Sample, Settings};
+use crate::fixtures::{current_thread, floor_acquire_release, multi_thread, Floor};
+use crate::reference::keyed::{
+    alias, slots_for, Family, RefKeyed, BLOCKING_THREADS, FAMILIES, FAMILY_SLOTS, SHARES,
+};
+use crate::report::{interleave, Record, Runner, Sample, Settings};
 
 /// Case name: one task, admit then release.
 pub const UNCONTENDED: &str = "keyed/uncontended";
@@ -54,13 +45,6 @@ pub const WORKERS: usize = 2;
 /// The wait bound every call is given. Long enough never to elapse here: these cases measure
 /// admission, not refusal.
 pub const WAIT: Duration = Duration::from_secs(5);
-/// R2's share per family (`MAX_FAMILY_BLOCKING_SLOTS`).
-pub const FAMILY_SLOTS: usize = 8;
-/// R2's share for the replay family.
-pub const REPLAY_SLOTS: usize = 4;
-/// R2's blocking-thread bound: the sum of the shares (`8 × 8 + 4 = 68`) stays below it.
-pub const BLOCKING_THREADS: usize = 128;
-
 /// Full-run operation counts per repeat (scaled by [`Settings::ops`]).
 pub mod ops {
     /// `keyed/uncontended`.
@@ -69,203 +53,6 @@ pub mod ops {
     pub const TASKS: u64 = 2_000_000;
     /// `keyed/spawn-blocking` (all tasks together).
     pub const SPAWN_BLOCKING: u64 = 100_000;
-}
-
-/// An operation family (R2's key type).
-pub type Family = &'static str;
-
-/// The nine share keys, each the family that owns the lock the others serialize on.
-pub const SHARES: [Family; 9] = [
-    "journal",
-    "snapshot",
-    "replay",
-    "index",
-    "lease",
-    "membership",
-    "blob",
-    "config",
-    "audit",
-];
-
-/// R2's 19 caller families: the nine share keys and ten more aliased onto them.
-pub const FAMILIES: [Family; 19] = [
-    "journal",
-    "ledger",
-    "append",
-    "truncate",
-    "snapshot",
-    "restore",
-    "replay",
-    "catch-up",
-    "index",
-    "reindex",
-    "lease",
-    "renew",
-    "revoke",
-    "membership",
-    "blob",
-    "gc",
-    "config",
-    "audit",
-    "audit-query",
-];
-
-/// R2's alias function: the share key a family draws from.
-pub fn alias(family: Family) -> Family {
-    match family {
-        "ledger" | "append" | "truncate" => "journal",
-        "restore" => "snapshot",
-        "catch-up" => "replay",
-        "reindex" => "index",
-        "renew" | "revoke" => "lease",
-        "gc" => "blob",
-        "audit-query" => "audit",
-        other => other,
-    }
-}
-
-/// R2's share size of a share key.
-pub fn slots_for(key: Family) -> usize {
-    if key == "replay" {
-        REPLAY_SLOTS
-    } else {
-        FAMILY_SLOTS
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The reference
-// ---------------------------------------------------------------------------------------------
-
-/// How far a failed reference call got (R2's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefReach {
-    /// Nothing ran: a retry is safe.
-    NoDurableEffect,
-    /// The work may have committed.
-    PossiblyApplied,
-}
-
-/// A failed reference call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefError {
-    /// No permit within the wait, or the semaphore closed.
-    Unavailable {
-        /// The caller's family.
-        family: Family,
-        /// Always `NoDurableEffect`.
-        reach: RefReach,
-    },
-    /// The blocking task panicked or its join was lost.
-    Lost {
-        /// The caller's family.
-        family: Family,
-        /// `PossiblyApplied` for a mutation, `NoDurableEffect` for a read.
-        reach: RefReach,
-    },
-}
-
-/// R2's admission: one global mutex around the family → semaphore map, taken on every call.
-#[derive(Debug, Default)]
-pub struct RefKeyed {
-    /// Share key → semaphore, created on first use.
-    semaphores: Mutex<BTreeMap<Family, Arc<Semaphore>>>,
-    /// Refusals per caller family (written on the refusal path only).
-    refusals: Mutex<BTreeMap<Family, u64>>,
-}
-
-impl RefKeyed {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Locks the map, resolves the alias, returns (creating if needed) the share's semaphore.
-    fn semaphore(&self, family: Family) -> Arc<Semaphore> {
-        let key = alias(family);
-        let mut map = self
-            .semaphores
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(
-            map.entry(key)
-                .or_insert_with(|| Arc::new(Semaphore::new(slots_for(key)))),
-        )
-    }
-
-    /// Waits at most `wait` for a permit of `family`'s share.
-    ///
-    /// # Errors
-    /// `Unavailable` when no permit freed in time (counted) or the semaphore closed.
-    pub async fn admit(
-        &self,
-        family: Family,
-        wait: Duration,
-    ) -> Result<OwnedSemaphorePermit, RefError> {
-        let sem = self.semaphore(family);
-        match tokio::time::timeout(wait, sem.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
-            Ok(Err(_closed)) => Err(RefError::Unavailable {
-                family,
-                reach: RefReach::NoDurableEffect,
-            }),
-            Err(_elapsed) => {
-                *self
-                    .refusals
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(family)
-                    .or_default() += 1;
-                Err(RefError::Unavailable {
-                    family,
-                    reach: RefReach::NoDurableEffect,
-                })
-            }
-        }
-    }
-
-    /// Admits, then runs `work` on the blocking pool with the permit moved in and the span
-    /// entered inside.
-    ///
-    /// # Errors
-    /// As [`RefKeyed::admit`]; `Lost` when the join fails.
-    pub async fn run<F, T>(
-        &self,
-        family: Family,
-        wait: Duration,
-        span: tracing::Span,
-        mutation: bool,
-        work: F,
-    ) -> Result<T, RefError>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        let permit = self.admit(family, wait).await?;
-        let handle = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let _entered = span.enter();
-            work()
-        });
-        handle.await.map_err(|_| RefError::Lost {
-            family,
-            reach: if mutation {
-                RefReach::PossiblyApplied
-            } else {
-                RefReach::NoDurableEffect
-            },
-        })
-    }
-
-    /// Refusals counted for `family`.
-    pub fn refusals(&self, family: Family) -> u64 {
-        self.refusals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(family)
-            .copied()
-            .unwrap_or(0)
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,23 +75,6 @@ pub fn slotpool_keyed() -> Keyed<Family> {
         }
     }
     builder.build().expect("R2's configuration fits")
-}
-
-/// A current-thread runtime (the single-task case).
-pub fn current_thread() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
-
-/// A multi-thread runtime with `workers` workers.
-pub fn multi_thread(workers: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a multi-thread runtime builds")
 }
 
 /// The families task `task` cycles through: all 19, from its own offset.
@@ -361,19 +131,6 @@ pub async fn reference_admit_release(reference: &RefKeyed, task: usize, ops: u64
     start.elapsed()
 }
 
-/// `ops` × (CAS below the limit, `fetch_sub`).
-pub fn floor_admit_release(floor: &Floor, ops: u64) -> Duration {
-    let start = Instant::now();
-    for _ in 0..ops {
-        let taken = floor.try_acquire();
-        black_box(taken);
-        if taken {
-            floor.release();
-        }
-    }
-    start.elapsed()
-}
-
 /// Runs [`TASK_COUNT`] tasks on `rt` that share `ops` operations between them (exactly `ops`
 /// in all), each made by `task(index, its_ops)`, and returns the wall time from the first spawn
 /// to the last join.
@@ -422,7 +179,7 @@ pub fn floor_tasks(rt: &Runtime, floor: &Arc<Floor>, ops: u64) -> Duration {
     spawn_tasks(rt, ops, |_, n| {
         let floor = Arc::clone(floor);
         async move {
-            black_box(floor_admit_release(&floor, n));
+            black_box(floor_acquire_release(&floor, n));
         }
     })
 }
@@ -516,7 +273,7 @@ fn uncontended(settings: &Settings) -> Vec<Record> {
         ),
         (
             "floor",
-            Box::new(|ops| Sample::timed(ops, floor_admit_release(&floor, ops))),
+            Box::new(|ops| Sample::timed(ops, floor_acquire_release(&floor, ops))),
         ),
     ];
     interleave(UNCONTENDED, ops, settings, impls)
@@ -578,31 +335,6 @@ mod tests {
             assert_eq!(keyed.share_of(&family), Some(alias(family)));
             assert!(SHARES.contains(&alias(family)));
         }
-    }
-
-    /// The reference refuses with `NoDurableEffect` and counts per caller family.
-    #[test]
-    fn reference_refuses_and_counts() {
-        let rt = current_thread();
-        let reference = RefKeyed::new();
-        rt.block_on(async {
-            let _held: Vec<_> = {
-                let mut held = Vec::new();
-                for _ in 0..REPLAY_SLOTS {
-                    held.push(reference.admit("replay", WAIT).await.expect("room"));
-                }
-                held
-            };
-            let refused = reference.admit("catch-up", Duration::ZERO).await;
-            assert_eq!(
-                refused.err(),
-                Some(RefError::Unavailable {
-                    family: "catch-up",
-                    reach: RefReach::NoDurableEffect
-                })
-            );
-            assert_eq!(reference.refusals("catch-up"), 1);
-        });
     }
 
     /// Every case runs at smoke scale and reports slotpool and the reference.

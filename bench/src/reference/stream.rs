@@ -101,10 +101,10 @@ impl<E: fmt::Display> fmt::Display for RefError<E> {
 
 impl<E: fmt::Debug + fmt::Display> std::error::Error for RefError<E> {}
 
-type Reply<C> = Result<<C as Connector>::Response, RefError<<C as Connector>::Error>>;
-type Responder<C> = oneshot::Sender<Reply<C>>;
-type RequestSender<C> = mpsc::Sender<(<C as Connector>::Request, Responder<C>)>;
-type RequestReceiver<C> = mpsc::Receiver<(<C as Connector>::Request, Responder<C>)>;
+pub(crate) type Reply<C> = Result<<C as Connector>::Response, RefError<<C as Connector>::Error>>;
+pub(crate) type Responder<C> = oneshot::Sender<Reply<C>>;
+pub(crate) type RequestSender<C> = mpsc::Sender<(<C as Connector>::Request, Responder<C>)>;
+pub(crate) type RequestReceiver<C> = mpsc::Receiver<(<C as Connector>::Request, Responder<C>)>;
 
 /// One stream as the pool sees it.
 struct Entry<C: Connector> {
@@ -213,15 +213,14 @@ impl<C: RefConnector> RefStreamPool<C> {
             },
         );
         let connector = Arc::clone(&self.inner.connector);
-        let pool = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            if let Err(_error) = run_stream(&*connector, receiver).await {
-                // R1 logs the error here; the bench has no logger.
-            }
-            if let Some(pool) = pool.upgrade() {
+        spawn_stream(
+            connector,
+            receiver,
+            Arc::downgrade(&self.inner),
+            move |pool| {
                 pool.lock().remove(&id);
-            }
-        });
+            },
+        );
         drop(streams);
         RefStreamGuard {
             pool: Arc::downgrade(&self.inner),
@@ -251,16 +250,8 @@ impl<C: RefConnector> RefStreamPool<C> {
         interval: Duration,
         threshold: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let pool = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            loop {
-                ticker.tick().await;
-                let Some(inner) = pool.upgrade() else {
-                    return;
-                };
-                RefStreamPool { inner }.reap(threshold);
-            }
+        spawn_reaper(Arc::downgrade(&self.inner), interval, move |inner| {
+            RefStreamPool { inner }.reap(threshold);
         })
     }
 
@@ -326,9 +317,47 @@ impl<C: RefConnector> fmt::Debug for RefStreamGuard<C> {
     }
 }
 
+/// Spawns a stream's task: [`run_stream`], then, if the pool still exists, `remove` to take the
+/// stream out of its map. The task holds only a weak reference to the pool.
+pub(crate) fn spawn_stream<C: RefConnector, P: Send + Sync + 'static>(
+    connector: Arc<C>,
+    receiver: RequestReceiver<C>,
+    pool: Weak<P>,
+    remove: impl FnOnce(&P) + Send + 'static,
+) {
+    tokio::spawn(async move {
+        if let Err(_error) = run_stream(&*connector, receiver).await {
+            // R1 logs the error here; the bench has no logger.
+        }
+        if let Some(pool) = pool.upgrade() {
+            remove(&pool);
+        }
+    });
+}
+
+/// Spawns R1's reaper task: every `interval`, `reap` on the pool, until the pool is dropped
+/// (the task holds only a weak reference).
+pub(crate) fn spawn_reaper<P: Send + Sync + 'static>(
+    pool: Weak<P>,
+    interval: Duration,
+    reap: impl Fn(Arc<P>) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        loop {
+            ticker.tick().await;
+            let Some(pool) = pool.upgrade() else {
+                return;
+            };
+            reap(pool);
+        }
+    })
+}
+
 /// R1's stream task: connects, then forwards requests and routes responses by id until the
-/// stream ends or every sender is gone.
-async fn run_stream<C: RefConnector>(
+/// stream ends or every sender is gone. The depth-1 design ([`super::stream_depth1`]) runs the
+/// same task, spawned the same way ([`spawn_stream`]).
+pub(crate) async fn run_stream<C: RefConnector>(
     connector: &C,
     mut requests: RequestReceiver<C>,
 ) -> Result<(), RefError<C::Error>> {
