@@ -216,3 +216,32 @@ async fn a_panicking_probe_reopens_the_breaker() {
     round_trip(&pool, 3).await;
     assert_eq!(pool.stats().breaker, BreakerState::Closed);
 }
+
+/// A driver whose task is dropped before it finished (here its runtime shuts down with a
+/// request on the wire) still fails and releases what it held, from its `Drop`: no unit of
+/// depth is ever lost with a driver, however its task ends.
+#[test]
+fn a_driver_dropped_with_its_task_releases_what_it_held() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (script, mut streams) = Script::manual();
+    let pool = runtime.block_on(async { script.pool(1, 2) });
+    let (mut send, _server) = runtime.block_on(async {
+        let guard = pool.acquire().await.unwrap();
+        let mut send = Box::pin(guard.send(Req::new(1)));
+        assert!(poll_once(send.as_mut()).is_pending());
+        let mut server = streams.recv().await.unwrap();
+        server.next_request().await.unwrap();
+        (send, server)
+    });
+    assert_eq!(pool.stats().table.in_flight, 1);
+    drop(runtime);
+    let table = pool.stats().table;
+    assert_eq!((table.in_flight, table.empty), (0, 1), "{table:?}");
+    match poll_once(send.as_mut()) {
+        std::task::Poll::Ready(Err(error)) => assert_eq!(error.reach(), Reach::MaybeApplied),
+        other => panic!("the request on the wire was not failed: {other:?}"),
+    }
+}

@@ -467,7 +467,7 @@ impl<C: Connector> Driver<C> {
         while let Some(pending) = self.queued.pop_front() {
             self.forward(pending, out_tx);
         }
-        self.publish_activity(!self.in_flight.is_empty());
+        self.publish_activity(false);
         // Built once and kept across wake-ups. Polling a pending `Notified` (or the watch's)
         // takes its Notify's lock, so they are polled only to register this task's waker (the
         // first time, and if the waker ever changes); on every other wake-up two atomic loads
@@ -524,7 +524,6 @@ impl<C: Connector> Driver<C> {
         inbound: &mut C::Inbound,
         out: &mpsc::UnboundedSender<C::Request>,
     ) -> Poll<End<C::Error>> {
-        let was_busy = !self.in_flight.is_empty();
         let mut received = false;
         let mut budget = DRIVER_BATCH;
         while budget > 0 {
@@ -562,7 +561,7 @@ impl<C: Connector> Driver<C> {
                 }
             }
         }
-        self.publish_activity(received || (!was_busy && !self.in_flight.is_empty()));
+        self.publish_activity(received);
         if !drained {
             // Out of budget with more, perhaps, on either half: come back after the other
             // tasks on this worker.
@@ -571,12 +570,13 @@ impl<C: Connector> Driver<C> {
         Poll::Pending
     }
 
-    /// Publishes the stall check's view of this stream: `progressed` bumps the count (see
+    /// Publishes the stall check's view of this stream: whether requests are outstanding, and
+    /// a count bumped when anything was `received` (see
     /// [`Incarnation::activity`](super::Incarnation)); one store, and only on a change.
-    fn publish_activity(&mut self, progressed: bool) {
+    fn publish_activity(&mut self, received: bool) {
         let busy = u64::from(!self.in_flight.is_empty());
         let mut progress = self.activity >> 1;
-        if progressed {
+        if received {
             progress = progress.wrapping_add(1) & (u64::MAX >> 1);
         }
         let activity = (progress << 1) | (busy * BUSY);

@@ -486,8 +486,8 @@ struct Incarnation<C: Connector> {
     /// When the stream was started, in the pool's nanoseconds (for `open_timeout`).
     started: u64,
     /// Driver-written: `progress << 1 | busy`, where `busy` says requests are outstanding on
-    /// the wire and `progress` counts what would end a stall (a response or error received,
-    /// or requests outstanding again after none were). Read by the reaper's stall check.
+    /// the wire and `progress` counts wake-ups that received something. Read by the reaper's
+    /// stall check.
     activity: AtomicU64,
     /// Reaper-only: the `activity` the last pass saw, and since when (pool nanoseconds) it
     /// has been seen unchanged and busy.
@@ -564,9 +564,10 @@ impl<C: Connector> Incarnation<C> {
     /// nothing received since a pass at least `timeout` ago (and then tells the driver).
     ///
     /// A pass that finds the stream idle, or finds its `activity` changed, restarts the count
-    /// from `now`. The driver bumps `progress` when it receives anything and when requests
-    /// become outstanding after none were, so an unchanged busy `activity` across passes
-    /// means the stream was busy and silent for the whole time between them.
+    /// from `now`. An unchanged busy `activity` across passes means the stream was busy and
+    /// silent for the whole time between them: nothing received (that bumps `progress`), and
+    /// never idle in between (requests leave the wire only by a response, which is received,
+    /// or with the stream itself).
     fn check_stall(&self, now: u64, timeout: u64) -> bool {
         let activity = self.activity.load(Ordering::Acquire);
         let seen = self.stall_seen.swap(activity, Ordering::Relaxed);
