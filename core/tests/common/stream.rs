@@ -375,3 +375,16 @@ impl Connector for TestConnector {
         }
     }
 }
+
+/// Polls `future` until it resolves, yielding to the runtime in between (bounded by
+/// iterations, never by time), so that an outcome the test expects and never comes fails the
+/// test with `what` instead of hanging it.
+pub async fn outcome<F: Future>(what: &str, mut future: Pin<&mut F>) -> F::Output {
+    for _ in 0..10_000 {
+        if let Poll::Ready(output) = super::poll_once(future.as_mut()) {
+            return output;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{what}");
+}
