@@ -256,6 +256,8 @@ async fn a_response_restarts_the_stall_count_and_an_idle_stream_never_stalls() {
     for _ in 0..10 {
         pool.reap(time.now());
         time.advance(100 * SECOND);
+        // Let a driver told to stop do so before looking.
+        common::run_spawned().await;
     }
     assert_eq!(pool.stats().stalls, 1);
     assert_eq!(pool.stats().table.ready, 1);
