@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::stream::{outcome, round_trip, Req, Script};
+use common::stream::{answer_on_new_stream, outcome, round_trip, Req, Script};
 use common::{poll_once, settle, settle_until, MockTime, ReapByHand};
 use slotpool::stream::RequestError;
 use slotpool::{Reach, TryAcquireError};
@@ -246,13 +246,7 @@ async fn a_response_restarts_the_stall_count_and_an_idle_stream_never_stalls() {
     settle(|| pool.stats().table.empty == 1).await;
     let _ = second;
     // A new, idle stream: quiet for a long time with nothing outstanding.
-    let guard = pool.acquire().await.unwrap();
-    let mut c = pin!(guard.send(Req::new(3)));
-    assert!(poll_once(c.as_mut()).is_pending());
-    let mut server = streams.recv().await.unwrap();
-    let third = server.next_request().await.unwrap();
-    server.respond(third.id.unwrap(), 3);
-    assert_eq!(c.await.unwrap().body, 3);
+    let (_server, _) = answer_on_new_stream(&pool, &mut streams, 3).await;
     for _ in 0..10 {
         pool.reap(time.now());
         time.advance(100 * SECOND);
