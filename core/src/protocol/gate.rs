@@ -630,7 +630,7 @@ impl<'g> WaitState<'g> {
             }
         }
         let finish = |this: &mut Self| {
-            if let Some(token) = this.leave() {
+            if let Some(token) = this.leave(Leaving::Resolved) {
                 if let Some((_, give_back)) = handoff {
                     give_back(token);
                 }
@@ -749,12 +749,14 @@ impl<'g> WaitState<'g> {
     #[must_use = "a returned unit must be given back to its owner"]
     pub fn cancel_handoff(self: Pin<&mut Self>) -> Option<NonZeroU64> {
         // SAFETY: `leave` moves nothing.
-        unsafe { self.get_unchecked_mut() }.leave()
+        unsafe { self.get_unchecked_mut() }.leave(Leaving::Cancelled)
     }
 
-    /// [`WaitState::cancel_handoff`] on the unpinned state (it moves nothing; the node only
-    /// leaves the queue).
-    fn leave(&mut self) -> Option<NonZeroU64> {
+    /// Leaves the queue, passing an unused plain notification on and returning an unused
+    /// handed-off unit: [`WaitState::cancel_handoff`] on the unpinned state (it moves nothing;
+    /// the node only leaves the queue), also run when a wait resolves while queued.
+    #[cfg_attr(not(slotpool_loom), allow(unused_variables))]
+    fn leave(&mut self, why: Leaving) -> Option<NonZeroU64> {
         let gate = self.gate?;
         if !self.node.notified.load(Ordering::Acquire) {
             let mut queue = gate.queue.lock();
@@ -769,21 +771,21 @@ impl<'g> WaitState<'g> {
                 self.gate = None;
                 gate.after_pop(&queue);
                 drop(queue);
-                probe!(gate.probes.unlinked);
-                trace_transition!("gate: queued waiter cancelled");
+                probe!(gate.probes.leaving(why).linked);
+                trace_transition!("gate: queued waiter left");
                 drop(waker);
                 return None;
             }
         }
         if let Some(token) = self.take_notification() {
-            probe!(gate.probes.returned_unit);
-            trace_transition!("gate: waiter cancelled holding a handed-off unit");
+            probe!(gate.probes.leaving(why).holding_unit);
+            trace_transition!("gate: waiter left holding a handed-off unit");
             return Some(token);
         }
         // The notification stood for freed capacity someone else can use.
+        probe!(gate.probes.leaving(why).notified);
         if !gate.is_closed() {
-            probe!(gate.probes.passed_on);
-            trace_transition!("gate: notified waiter cancelled, passing on");
+            trace_transition!("gate: notified waiter left, passing on");
             gate.notify_one();
         }
         None
@@ -796,13 +798,22 @@ impl<'g> WaitState<'g> {
     }
 }
 
+/// Why a waiter leaves the queue (the loom builds count each case apart).
+#[derive(Clone, Copy)]
+enum Leaving {
+    /// It gave up: cancelled or dropped.
+    Cancelled,
+    /// Its wait resolved (it found capacity itself, or the gate closed) while it was queued.
+    Resolved,
+}
+
 impl Drop for WaitState<'_> {
     fn drop(&mut self) {
         if self.gate.is_none() {
             return;
         }
         // A pinned value is dropped in place: the node has not moved since it was linked.
-        let unused = self.leave();
+        let unused = self.leave(Leaving::Cancelled);
         debug_assert!(
             unused.is_none(),
             "a handed-off unit was dropped with its WaitState"
@@ -837,25 +848,53 @@ struct Probes {
     notified: Probe,
     handed_off: Probe,
     closed: Probe,
-    unlinked: Probe,
-    passed_on: Probe,
-    returned_unit: Probe,
     requeued_front: Probe,
     self_woken: Probe,
+    cancelled: LeaveProbes,
+    resolved: LeaveProbes,
+}
+
+/// How waiters that left the queue for one reason were placed when they left.
+#[cfg(slotpool_loom)]
+#[derive(Debug, Default)]
+struct LeaveProbes {
+    /// Still linked: it unlinked itself.
+    linked: Probe,
+    /// Notified, without a unit: it passed the wake-up on (unless the gate was closed).
+    notified: Probe,
+    /// Handed a unit it had not used: it returned the unit to the owner.
+    holding_unit: Probe,
+}
+
+#[cfg(slotpool_loom)]
+impl LeaveProbes {
+    fn snapshot(&self) -> LeftQueue {
+        LeftQueue {
+            linked: self.linked.get(),
+            notified: self.notified.get(),
+            holding_unit: self.holding_unit.get(),
+        }
+    }
 }
 
 #[cfg(slotpool_loom)]
 impl Probes {
+    fn leaving(&self, why: Leaving) -> &LeaveProbes {
+        match why {
+            Leaving::Cancelled => &self.cancelled,
+            Leaving::Resolved => &self.resolved,
+        }
+    }
+
     fn snapshot(&self) -> GateProbes {
         GateProbes {
             notified: self.notified.get(),
             handed_off: self.handed_off.get(),
             closed: self.closed.get(),
-            unlinked: self.unlinked.get(),
-            passed_on: self.passed_on.get(),
-            returned_unit: self.returned_unit.get(),
             requeued_front: self.requeued_front.get(),
             self_woken: self.self_woken.get(),
+            cancelled: self.cancelled.snapshot(),
+            resolved: self.resolved.snapshot(),
         }
     }
 }
@@ -871,14 +910,25 @@ pub struct GateProbes {
     pub handed_off: usize,
     /// Waiters popped by [`Gate::close`].
     pub closed: usize,
-    /// Linked waiters that unlinked themselves (cancel, drop, or success after enqueueing).
-    pub unlinked: usize,
-    /// Notified waiters that gave up and passed the wake-up on.
-    pub passed_on: usize,
-    /// Waiters that gave up holding a handed-off unit and returned it to the owner.
-    pub returned_unit: usize,
     /// Notified waiters that lost the capacity and re-enqueued at the front.
     pub requeued_front: usize,
     /// Waiters that found their notification while refreshing their waker, and woke themselves.
     pub self_woken: usize,
+    /// Queued waiters that gave up (cancelled or dropped), by how they were placed.
+    pub cancelled: LeftQueue,
+    /// Queued waiters whose wait resolved by itself (capacity found, or the gate closed).
+    pub resolved: LeftQueue,
+}
+
+/// Counts of waiters that left a [`Gate`]'s queue for one reason, by how they were placed
+/// (loom builds only).
+#[cfg(slotpool_loom)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeftQueue {
+    /// Still linked: they unlinked themselves.
+    pub linked: usize,
+    /// Notified without a unit: they passed the wake-up on (unless the gate was closed).
+    pub notified: usize,
+    /// Holding a handed-off unit: they returned it to the owner.
+    pub holding_unit: usize,
 }
