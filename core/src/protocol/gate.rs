@@ -932,3 +932,158 @@ pub struct LeftQueue {
     /// Holding a handed-off unit: they returned it to the owner.
     pub holding_unit: usize,
 }
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    //! The queue's order and surgery, step by step on one thread (the races are the loom
+    //! models' part): which waiter each notification reaches, read from the wakers it woke.
+
+    use std::pin::{pin, Pin};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::{Gate, Waiter};
+    use crate::error::Closed;
+    use crate::sync::{Arc, AtomicUsize, Ordering};
+
+    /// A waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Units of capacity on a gate, taken and freed as the crate's owners do.
+    struct Owner {
+        free: AtomicUsize,
+        gate: Gate,
+    }
+
+    impl Owner {
+        fn new() -> Self {
+            Self {
+                free: AtomicUsize::new(0),
+                gate: Gate::new(),
+            }
+        }
+
+        fn take(&self) -> Option<()> {
+            self.free
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .ok()
+                .map(drop)
+        }
+
+        fn put(&self) {
+            self.free.fetch_add(1, Ordering::SeqCst);
+            self.gate.notify_one();
+        }
+
+        fn poll(
+            &self,
+            waiter: Pin<&mut Waiter<'_>>,
+            wakes: &Arc<Wakes>,
+        ) -> Poll<Result<(), Closed>> {
+            let waker = Waker::from(Arc::clone(wakes));
+            waiter.poll_until(&mut Context::from_waker(&waker), || self.take())
+        }
+    }
+
+    fn wakes() -> Arc<Wakes> {
+        Arc::new(Wakes::default())
+    }
+
+    fn woken(wakes: &Arc<Wakes>) -> usize {
+        wakes.0.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn waiters_are_woken_oldest_first_and_a_cancel_unlinks_from_the_middle() {
+        let owner = Owner::new();
+        let (a_wakes, b_wakes, c_wakes) = (wakes(), wakes(), wakes());
+        let mut a = pin!(owner.gate.waiter());
+        let mut b = pin!(owner.gate.waiter());
+        let mut c = pin!(owner.gate.waiter());
+        assert!(owner.poll(a.as_mut(), &a_wakes).is_pending());
+        assert!(owner.poll(b.as_mut(), &b_wakes).is_pending());
+        assert!(owner.poll(c.as_mut(), &c_wakes).is_pending());
+        assert_eq!(owner.gate.waiting(), 3);
+
+        b.as_mut().cancel();
+        assert!(!b.is_queued());
+        assert_eq!(owner.gate.waiting(), 2);
+
+        owner.put();
+        assert_eq!((woken(&a_wakes), woken(&c_wakes)), (1, 0));
+        assert_eq!(owner.poll(a.as_mut(), &a_wakes), Poll::Ready(Ok(())));
+        owner.put();
+        assert_eq!(woken(&c_wakes), 1);
+        assert_eq!(owner.poll(c.as_mut(), &c_wakes), Poll::Ready(Ok(())));
+        assert_eq!(woken(&b_wakes), 0);
+        assert_eq!(owner.gate.waiting(), 0);
+        assert!(!owner.gate.has_waiters());
+    }
+
+    #[test]
+    fn a_notified_waiter_that_loses_the_unit_keeps_its_place() {
+        let owner = Owner::new();
+        let (a_wakes, b_wakes) = (wakes(), wakes());
+        let mut a = pin!(owner.gate.waiter());
+        let mut b = pin!(owner.gate.waiter());
+        assert!(owner.poll(a.as_mut(), &a_wakes).is_pending());
+        assert!(owner.poll(b.as_mut(), &b_wakes).is_pending());
+
+        owner.put();
+        assert_eq!(woken(&a_wakes), 1);
+        // A caller that never waited takes the unit before `a` runs.
+        assert_eq!(owner.take(), Some(()));
+        assert!(owner.poll(a.as_mut(), &a_wakes).is_pending());
+        assert_eq!(owner.gate.waiting(), 2);
+
+        // `a` went back to the front: the next unit wakes it, not `b`.
+        owner.put();
+        assert_eq!((woken(&a_wakes), woken(&b_wakes)), (2, 0));
+        assert_eq!(owner.poll(a.as_mut(), &a_wakes), Poll::Ready(Ok(())));
+        assert_eq!(owner.gate.waiting(), 1);
+    }
+
+    #[test]
+    fn a_dropped_notified_waiter_passes_the_wakeup_on() {
+        let owner = Owner::new();
+        let b_wakes = wakes();
+        let mut b = pin!(owner.gate.waiter());
+        {
+            let mut a = pin!(owner.gate.waiter());
+            assert!(owner.poll(a.as_mut(), &wakes()).is_pending());
+            assert!(owner.poll(b.as_mut(), &b_wakes).is_pending());
+            owner.put();
+            assert_eq!(woken(&b_wakes), 0);
+        }
+        assert_eq!(woken(&b_wakes), 1);
+        assert_eq!(owner.poll(b.as_mut(), &b_wakes), Poll::Ready(Ok(())));
+        assert_eq!(owner.gate.waiting(), 0);
+    }
+
+    #[test]
+    fn close_wakes_every_waiter_with_closed() {
+        let owner = Owner::new();
+        let all = [wakes(), wakes(), wakes()];
+        let mut waiters = [
+            Box::pin(owner.gate.waiter()),
+            Box::pin(owner.gate.waiter()),
+            Box::pin(owner.gate.waiter()),
+        ];
+        for (waiter, wakes) in waiters.iter_mut().zip(&all) {
+            assert!(owner.poll(waiter.as_mut(), wakes).is_pending());
+        }
+        owner.gate.close();
+        assert_eq!(owner.gate.waiting(), 0);
+        for (waiter, wakes) in waiters.iter_mut().zip(&all) {
+            assert_eq!(woken(wakes), 1);
+            assert_eq!(owner.poll(waiter.as_mut(), wakes), Poll::Ready(Err(Closed)));
+            assert!(!waiter.is_queued());
+        }
+    }
+}
