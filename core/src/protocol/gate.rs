@@ -812,6 +812,12 @@ impl Drop for WaitState<'_> {
         if self.gate.is_none() {
             return;
         }
+        // A loom model that failed unwinds through its waiters with loom's state torn; touching
+        // it again would abort the whole run and hide which model failed.
+        #[cfg(slotpool_loom)]
+        if std::thread::panicking() {
+            return;
+        }
         // A pinned value is dropped in place: the node has not moved since it was linked.
         let unused = self.leave(Leaving::Cancelled);
         debug_assert!(
@@ -825,6 +831,9 @@ impl Drop for WaitState<'_> {
 #[cfg(slotpool_loom)]
 impl Drop for Node {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
         // SAFETY: a node that is idle or notified is its owner's alone; one still linked is
         // the bug this looks for (loom then also reports the unsynchronised access).
         let linked = unsafe { self.with_links(|links| links.linked) };
