@@ -326,7 +326,8 @@ fn notify_vs_drop() {
 
 /// Handoff racing a drop: the oldest waiter is dropped while a release hands it the permit,
 /// with a second waiter behind it. Either it leaves before the handoff (the permit goes to the
-/// second waiter) or it returns the unit it was handed (which is handed on).
+/// second waiter) or it returns the unit it was handed (which is handed on). The dropped
+/// waiter is the owned future (`AcquireOwned`, keyed admission's), whose `Drop` is its own.
 #[test]
 fn handoff_vs_drop() {
     check(
@@ -337,7 +338,7 @@ fn handoff_vs_drop() {
             let second;
             let releaser;
             {
-                let mut first = pin!(limit.acquire());
+                let mut first = pin!(Limit::acquire_owned(Arc::clone(&limit)));
                 assert!(poll_once(first.as_mut()).is_pending());
                 second = {
                     let limit = Arc::clone(&limit);
@@ -471,6 +472,74 @@ fn fifo_order() {
         assert_eq!(limit.waiting(), 0);
         if both_queued {
             cov.hit("both queued at the release");
+        }
+    });
+}
+
+/// A waker that counts its wake-ups (std's atomic: it orders nothing the model checks).
+#[derive(Default)]
+struct Wakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// FIFO after a lost race: the oldest waiter is notified, a caller that never waited takes the
+/// unit first, and the waiter re-enqueues at the front, so the next unit wakes it again and not
+/// the waiter queued behind it. The branch counted is the second waiter being queued when the
+/// next unit is freed (it cannot leave the queue by itself then: nothing is free).
+#[test]
+fn requeued_waiter_keeps_its_place() {
+    check(&["requeued ahead of a queued waiter"], |cov| {
+        let units = Units::new(0);
+        let wakes = std::sync::Arc::new(Wakes::default());
+        let waker = Waker::from(std::sync::Arc::clone(&wakes));
+        let woken = || wakes.0.load(std::sync::atomic::Ordering::Relaxed);
+        let mut cx = Context::from_waker(&waker);
+        let mut first = pin!(units.gate.waiter());
+        assert!(first
+            .as_mut()
+            .poll_until(&mut cx, || units.take())
+            .is_pending());
+        let second = {
+            let units = Arc::clone(&units);
+            thread::spawn(move || units.wait())
+        };
+        units.put();
+        assert_eq!(woken(), 1, "the oldest waiter is the one notified");
+        // A caller that never waited takes the unit (unless the second waiter, registering,
+        // found it first).
+        let barged = units.take().is_some();
+        assert!(first
+            .as_mut()
+            .poll_until(&mut cx, || units.take())
+            .is_pending());
+        let both_queued = units.gate.waiting() == 2;
+        units.put();
+        assert_eq!(woken(), 2, "the requeued waiter lost its place");
+        // Notified is not served: the second waiter may take this unit in a poll of its own.
+        let served = first
+            .as_mut()
+            .poll_until(&mut cx, || units.take())
+            .is_ready();
+        if !served {
+            units.put();
+            assert_eq!(
+                first.as_mut().poll_until(&mut cx, || units.take()),
+                Poll::Ready(Ok(()))
+            );
+        }
+        // The second waiter took the first unit (no barge) or the second (first not served).
+        if barged && served {
+            units.put();
+        }
+        assert_eq!(join(second), Ok(()));
+        assert_eq!(units.free(), 0);
+        assert_eq!(units.gate.waiting(), 0);
+        if both_queued && units.gate.probes().requeued_front == 1 {
+            cov.hit("requeued ahead of a queued waiter");
         }
     });
 }
