@@ -22,7 +22,7 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::gate::{Gate, Waiter};
+use slotpool::gate::{Gate, LeftQueue, Waiter};
 use slotpool::{Closed, Limit};
 
 /// Executions of one model, and per named branch the executions that reached it.
@@ -141,6 +141,35 @@ impl Units {
     }
 }
 
+/// A thread that waits for a unit in a fresh waiter.
+fn spawn_wait(units: &Arc<Units>) -> thread::JoinHandle<Result<(), Closed>> {
+    let units = Arc::clone(units);
+    thread::spawn(move || units.wait())
+}
+
+/// A thread that frees `n` units, one after the other.
+fn spawn_puts(units: &Arc<Units>, n: usize) -> thread::JoinHandle<()> {
+    let units = Arc::clone(units);
+    thread::spawn(move || (0..n).for_each(|_| units.put()))
+}
+
+/// A thread that waits for a permit and returns it at once.
+fn spawn_acquire(limit: &Arc<Limit>) -> thread::JoinHandle<()> {
+    let limit = Arc::clone(limit);
+    thread::spawn(move || drop(block_on(limit.acquire()).unwrap()))
+}
+
+/// Records how the one waiter that gave up was placed when it left: still `linked`, or
+/// woken (notified, or holding a handed-off unit).
+fn hit_how_it_left(cov: &Coverage, left: LeftQueue, linked: &'static str, woken: &'static str) {
+    assert_eq!(
+        left.linked + left.notified + left.holding_unit,
+        1,
+        "{left:?}"
+    );
+    cov.hit(if left.linked == 1 { linked } else { woken });
+}
+
 /// Release racing registration: a waiter that enqueues while the only permit is being
 /// returned must not sleep through it (the Dekker pairing of `WAITING` and the permit count).
 /// loom reports a deadlock if the waiter can be left blocked. Reaches both sides of the race:
@@ -151,10 +180,7 @@ fn release_vs_registration() {
     check(&["woken by the release", "found by the retry"], |cov| {
         let limit = limit_of(1);
         let held = Limit::try_acquire_owned(&limit).unwrap();
-        let waiter = {
-            let limit = Arc::clone(&limit);
-            thread::spawn(move || drop(block_on(limit.acquire()).unwrap()))
-        };
+        let waiter = spawn_acquire(&limit);
         drop(held);
         join(waiter);
         assert_eq!(limit.available(), 1);
@@ -182,14 +208,8 @@ fn notified_waiter_dropped_passes_the_wakeup_on() {
         {
             let mut first = pin!(units.gate.waiter());
             assert!(units.poll_once(first.as_mut()).is_pending());
-            second = {
-                let units = Arc::clone(&units);
-                thread::spawn(move || units.wait())
-            };
-            let releaser = {
-                let units = Arc::clone(&units);
-                thread::spawn(move || units.put())
-            };
+            second = spawn_wait(&units);
+            let releaser = spawn_puts(&units, 1);
             join(releaser);
             assert!(first.is_queued());
             // `first` is dropped here holding an unused notification.
@@ -216,10 +236,7 @@ fn handed_off_unit_dropped_is_handed_on() {
         {
             let mut first = pin!(limit.acquire());
             assert!(poll_once(first.as_mut()).is_pending());
-            second = {
-                let limit = Arc::clone(&limit);
-                thread::spawn(move || drop(block_on(limit.acquire()).unwrap()))
-            };
+            second = spawn_acquire(&limit);
             let releaser = thread::spawn(move || drop(held));
             join(releaser);
             // `first` is dropped here holding the permit.
@@ -252,17 +269,8 @@ fn cancel_after_one_poll() {
             {
                 let mut second = pin!(units.gate.waiter());
                 assert!(units.poll_once(second.as_mut()).is_pending());
-                third = {
-                    let units = Arc::clone(&units);
-                    thread::spawn(move || units.wait())
-                };
-                releaser = {
-                    let units = Arc::clone(&units);
-                    thread::spawn(move || {
-                        units.put();
-                        units.put();
-                    })
-                };
+                third = spawn_wait(&units);
+                releaser = spawn_puts(&units, 2);
                 assert!(second.is_queued());
                 // `second` is dropped here, queued: linked, or notified.
             }
@@ -271,15 +279,12 @@ fn cancel_after_one_poll() {
             join(releaser);
             assert_eq!(units.free(), 0);
             assert_eq!(units.gate.waiting(), 0);
-            // Only the dropped waiter gives up.
-            let cancelled = units.gate.probes().cancelled;
-            assert_eq!(cancelled.linked + cancelled.notified, 1, "{cancelled:?}");
-            if cancelled.linked == 1 {
-                cov.hit("cancelled while queued");
-            }
-            if cancelled.notified == 1 {
-                cov.hit("cancelled after its notification");
-            }
+            hit_how_it_left(
+                cov,
+                units.gate.probes().cancelled,
+                "cancelled while queued",
+                "cancelled after its notification",
+            );
         },
     );
 }
@@ -298,28 +303,20 @@ fn notify_vs_drop() {
             {
                 let mut first = pin!(units.gate.waiter());
                 assert!(units.poll_once(first.as_mut()).is_pending());
-                second = {
-                    let units = Arc::clone(&units);
-                    thread::spawn(move || units.wait())
-                };
-                releaser = {
-                    let units = Arc::clone(&units);
-                    thread::spawn(move || units.put())
-                };
+                second = spawn_wait(&units);
+                releaser = spawn_puts(&units, 1);
                 // `first` is dropped here, racing the release.
             }
             assert_eq!(join(second), Ok(()));
             join(releaser);
             assert_eq!(units.free(), 0);
             assert_eq!(units.gate.waiting(), 0);
-            let cancelled = units.gate.probes().cancelled;
-            assert_eq!(cancelled.linked + cancelled.notified, 1, "{cancelled:?}");
-            if cancelled.linked == 1 {
-                cov.hit("dropped while queued");
-            }
-            if cancelled.notified == 1 {
-                cov.hit("dropped after its notification");
-            }
+            hit_how_it_left(
+                cov,
+                units.gate.probes().cancelled,
+                "dropped while queued",
+                "dropped after its notification",
+            );
         },
     );
 }
@@ -340,10 +337,7 @@ fn handoff_vs_drop() {
             {
                 let mut first = pin!(Limit::acquire_owned(Arc::clone(&limit)));
                 assert!(poll_once(first.as_mut()).is_pending());
-                second = {
-                    let limit = Arc::clone(&limit);
-                    thread::spawn(move || drop(block_on(limit.acquire()).unwrap()))
-                };
+                second = spawn_acquire(&limit);
                 releaser = thread::spawn(move || drop(held));
                 // `first` is dropped here, racing the release.
             }
@@ -351,18 +345,12 @@ fn handoff_vs_drop() {
             join(releaser);
             assert_eq!(limit.available(), 1);
             assert_eq!(limit.waiting(), 0);
-            let cancelled = limit.gate_probes().cancelled;
-            assert_eq!(
-                cancelled.linked + cancelled.holding_unit,
-                1,
-                "{cancelled:?}"
+            hit_how_it_left(
+                cov,
+                limit.gate_probes().cancelled,
+                "dropped while queued",
+                "dropped holding a handed-off unit",
             );
-            if cancelled.linked == 1 {
-                cov.hit("dropped while queued");
-            }
-            if cancelled.holding_unit == 1 {
-                cov.hit("dropped holding a handed-off unit");
-            }
         },
     );
 }
@@ -428,12 +416,13 @@ fn timeout_vs_notify() {
             assert_eq!(limit.waiting(), 0);
             assert_eq!(limit.available(), 1);
             assert!(limit.try_acquire().is_ok());
-            let cancelled = limit.gate_probes().cancelled;
-            if timed_out && cancelled.linked == 1 {
-                cov.hit("timed out while queued");
-            }
-            if timed_out && cancelled.notified + cancelled.holding_unit == 1 {
-                cov.hit("timed out after its wake-up");
+            if timed_out {
+                hit_how_it_left(
+                    cov,
+                    limit.gate_probes().cancelled,
+                    "timed out while queued",
+                    "timed out after its wake-up",
+                );
             }
         },
     );
@@ -449,10 +438,7 @@ fn fifo_order() {
         let held = Limit::try_acquire_owned(&limit).unwrap();
         let mut first = pin!(limit.acquire());
         assert!(poll_once(first.as_mut()).is_pending());
-        let second = {
-            let limit = Arc::clone(&limit);
-            thread::spawn(move || drop(block_on(limit.acquire()).unwrap()))
-        };
+        let second = spawn_acquire(&limit);
         let releaser = {
             let limit = Arc::clone(&limit);
             thread::spawn(move || {
@@ -503,10 +489,7 @@ fn requeued_waiter_keeps_its_place() {
             .as_mut()
             .poll_until(&mut cx, || units.take())
             .is_pending());
-        let second = {
-            let units = Arc::clone(&units);
-            thread::spawn(move || units.wait())
-        };
+        let second = spawn_wait(&units);
         units.put();
         assert_eq!(woken(), 1, "the oldest waiter is the one notified");
         // A caller that never waited takes the unit (unless the second waiter, registering,
@@ -552,12 +535,7 @@ fn two_waiters_two_releases() {
         let limit = limit_of(2);
         let a = Limit::try_acquire_owned(&limit).unwrap();
         let b = Limit::try_acquire_owned(&limit).unwrap();
-        let waiters: Vec<_> = (0..2)
-            .map(|_| {
-                let limit = Arc::clone(&limit);
-                thread::spawn(move || drop(block_on(limit.acquire()).unwrap()))
-            })
-            .collect();
+        let waiters: Vec<_> = (0..2).map(|_| spawn_acquire(&limit)).collect();
         drop(a);
         drop(b);
         for w in waiters {
