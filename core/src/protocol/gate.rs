@@ -76,6 +76,7 @@
 
 use std::fmt;
 use std::marker::PhantomPinned;
+use std::mem::MaybeUninit;
 use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::ptr::{self, NonNull};
@@ -128,15 +129,25 @@ struct Queue {
 // valid wherever the mutex is held.
 unsafe impl Send for Queue {}
 
-/// A waiter's queue node, embedded in its [`WaitState`].
+/// A waiter's queue node, embedded in its [`WaitState`]. `repr(C)`, `notified` first: with
+/// the `WaitState`'s own flags before it, everything a new waiter must initialise sits in
+/// its first bytes (the links are written only when it enqueues).
+#[repr(C)]
 struct Node {
-    /// Links, waker and handed-over unit. Accessed by the rules of the module docs: under the
-    /// gate's mutex while linked, by the owner alone while idle or notified.
-    links: UnsafeCell<Links>,
     /// The notifier's last write to the node: the node left the queue and its `links` are
     /// the owner's again. Stored `true` with `Release` under the gate's mutex, read with
     /// `Acquire` by the owner, reset by the owner.
     notified: AtomicBool,
+    /// Links, waker and handed-over unit. Accessed by the rules of the module docs: under the
+    /// gate's mutex while linked, by the owner alone while idle or notified. Written whole
+    /// when the node is first linked, and not read before (a wait that never enqueues, the
+    /// common case, pays for no more than the flags). INVARIANT: `waker` is `None` whenever the
+    /// node is not linked (whoever unlinks it takes the waker), so nothing is left to drop.
+    links: UnsafeCell<MaybeUninit<Links>>,
+    /// In a queue (loom builds only: checked when the node's memory goes). Accessed under the
+    /// gate's mutex, or by the owner when the node is not linked.
+    #[cfg(slotpool_loom)]
+    linked: UnsafeCell<bool>,
     /// The node's address is in the queue while linked: it must not move, and `&mut` to its
     /// owner must not be assumed unique while another thread follows a link to it.
     _pinned: PhantomPinned,
@@ -152,24 +163,15 @@ struct Links {
     handoff: u64,
     /// The waiter can take a unit of capacity handed to it directly ([`Gate::handoff`]).
     accepts_handoff: bool,
-    /// In a queue (loom builds only: checked when the node's memory goes).
-    #[cfg(slotpool_loom)]
-    linked: bool,
 }
 
 impl Node {
     fn new() -> Self {
         Self {
-            links: UnsafeCell::new(Links {
-                prev: None,
-                next: None,
-                waker: None,
-                handoff: 0,
-                accepts_handoff: false,
-                #[cfg(slotpool_loom)]
-                linked: false,
-            }),
             notified: AtomicBool::new(false),
+            links: UnsafeCell::new(MaybeUninit::uninit()),
+            #[cfg(slotpool_loom)]
+            linked: UnsafeCell::new(false),
             _pinned: PhantomPinned,
         }
     }
@@ -177,14 +179,39 @@ impl Node {
     /// Runs `f` on the node's links.
     ///
     /// # Safety
-    /// The caller has the right to touch the links by the rules of the module docs: it holds
-    /// the mutex of the gate the node is linked in, or it is the node's owner and the node is
-    /// idle or notified (seen with `Acquire`). `f` must not reach this node's links again.
+    /// The node has been linked at least once (its links are written), and the caller has the
+    /// right to touch the links by the rules of the module docs: it holds the mutex of the
+    /// gate the node is linked in, or it is the node's owner and the node is idle or notified
+    /// (seen with `Acquire`). `f` must not reach this node's links again.
     #[inline]
     unsafe fn with_links<R>(&self, f: impl FnOnce(&mut Links) -> R) -> R {
-        // SAFETY: exclusive by the caller's contract; loom checks that no two accesses
-        // overlap without a happens-before edge between them.
-        self.links.with_mut(|links| f(unsafe { &mut *links }))
+        // SAFETY: written and exclusive by the caller's contract; loom checks that no two
+        // accesses overlap without a happens-before edge between them.
+        self.links
+            .with_mut(|links| f(unsafe { (*links).assume_init_mut() }))
+    }
+
+    /// Writes the node's links whole, before it is linked.
+    ///
+    /// # Safety
+    /// The caller is the node's owner and the node is idle.
+    #[inline]
+    unsafe fn init_links(&self, links: Links) {
+        // SAFETY: idle: ours alone. Overwriting drops nothing: an idle node holds no waker
+        // (see `links`), and the rest is plain data.
+        self.links.with_mut(|slot| unsafe {
+            (*slot).write(links);
+        });
+    }
+
+    /// Marks the node linked or not (loom builds only).
+    ///
+    /// # Safety
+    /// As for [`Node::with_links`], without the need for written links.
+    #[cfg(slotpool_loom)]
+    unsafe fn set_linked(&self, linked: bool) {
+        // SAFETY: exclusive by the caller's contract.
+        self.linked.with_mut(|slot| unsafe { *slot = linked });
     }
 }
 
@@ -208,11 +235,9 @@ impl Queue {
             node.as_ref().with_links(|links| {
                 links.prev = self.tail;
                 links.next = None;
-                #[cfg(slotpool_loom)]
-                {
-                    links.linked = true;
-                }
             });
+            #[cfg(slotpool_loom)]
+            node.as_ref().set_linked(true);
             match self.tail {
                 Some(tail) => tail.as_ref().with_links(|links| links.next = Some(node)),
                 None => self.head = Some(node),
@@ -232,11 +257,9 @@ impl Queue {
             node.as_ref().with_links(|links| {
                 links.prev = None;
                 links.next = self.head;
-                #[cfg(slotpool_loom)]
-                {
-                    links.linked = true;
-                }
             });
+            #[cfg(slotpool_loom)]
+            node.as_ref().set_linked(true);
             match self.head {
                 Some(head) => head.as_ref().with_links(|links| links.prev = Some(node)),
                 None => self.tail = Some(node),
@@ -269,12 +292,10 @@ impl Queue {
                 let both = (links.prev, links.next);
                 links.prev = None;
                 links.next = None;
-                #[cfg(slotpool_loom)]
-                {
-                    links.linked = false;
-                }
                 both
             });
+            #[cfg(slotpool_loom)]
+            node.as_ref().set_linked(false);
             match prev {
                 Some(prev) => prev.as_ref().with_links(|links| links.next = next),
                 None => self.head = next,
@@ -531,6 +552,7 @@ impl<'g> Waiter<'g> {
 /// when it gives up; its owner must take it with [`WaitState::cancel_handoff`] (typically in
 /// its own `Drop`) and free it. Dropping it unclaimed loses the unit (and is a debug
 /// assertion).
+#[repr(C)]
 pub struct WaitState<'g> {
     /// The gate this waiter is queued on (linked or notified). INVARIANT: `Some` exactly while
     /// the node is linked or notified (module docs). Written only through `Pin<&mut Self>`.
@@ -706,10 +728,12 @@ impl<'g> WaitState<'g> {
         let mut queue = gate.queue.lock();
         // SAFETY: idle: the node is in no queue and ours alone.
         unsafe {
-            self.node.with_links(|links| {
-                links.waker = Some(waker);
-                links.handoff = 0;
-                links.accepts_handoff = accepts_handoff;
+            self.node.init_links(Links {
+                prev: None,
+                next: None,
+                waker: Some(waker),
+                handoff: 0,
+                accepts_handoff,
             });
         }
         // SAFETY: the mutex is held; the node is idle, and pinned (we came through
@@ -808,10 +832,20 @@ enum Leaving {
 }
 
 impl Drop for WaitState<'_> {
+    /// Leaves the queue if queued; a wait that never enqueued (the common case) only checks.
+    #[inline]
     fn drop(&mut self) {
-        if self.gate.is_none() {
-            return;
+        if self.gate.is_some() {
+            self.drop_queued();
         }
+    }
+}
+
+impl WaitState<'_> {
+    /// [`Drop`] of a queued waiter.
+    #[cold]
+    #[inline(never)]
+    fn drop_queued(&mut self) {
         // A loom model that failed unwinds through its waiters with loom's state torn; touching
         // it again would abort the whole run and hide which model failed.
         #[cfg(slotpool_loom)]
@@ -836,7 +870,7 @@ impl Drop for Node {
         }
         // SAFETY: a node that is idle or notified is its owner's alone; one still linked is
         // the bug this looks for (loom then also reports the unsynchronised access).
-        let linked = unsafe { self.with_links(|links| links.linked) };
+        let linked = self.linked.with(|linked| unsafe { *linked });
         assert!(!linked, "a waiter's node is freed while still linked");
     }
 }
