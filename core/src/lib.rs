@@ -18,7 +18,7 @@
 //! | ground | `panic.rs` | [`panic`](mod@panic): containing panics of user code where a pool calls or polls it |
 //! | ground | `error.rs` | [`ConfigError`], [`AcquireError`], [`Reach`]: typed errors that say whether a retry is safe |
 //! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps and growth |
-//! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path |
+//! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path whose nodes live in the waiting futures |
 //! | protocol | `protocol/limit.rs` | [`limit`]: a counting limiter (semaphore) on the gate |
 //! | protocol | `protocol/exclusive.rs` | [`exclusive`]: slots of load 0 or 1 that own one value each, and the reaper's handshake |
 //! | protocol | `protocol/shared.rs` | [`shared`]: slots whose load counts the holders of one shared value, and its share word |

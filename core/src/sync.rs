@@ -216,6 +216,36 @@ macro_rules! trace_transition {
 }
 pub(crate) use trace_transition;
 
+/// A count of how often a rare protocol branch ran, kept in loom builds only, so that a model
+/// can assert it reached the branch it is named for. std's atomic, not loom's: it orders
+/// nothing, and loom need not explore it.
+#[cfg(slotpool_loom)]
+#[derive(Debug, Default)]
+pub(crate) struct Probe(std::sync::atomic::AtomicUsize);
+
+#[cfg(slotpool_loom)]
+impl Probe {
+    pub(crate) fn hit(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Counts one run of a branch on a [`Probe`] in loom builds; compiles to nothing otherwise
+/// (the probe fields exist in loom builds only).
+macro_rules! probe {
+    ($probe:expr) => {
+        #[cfg(slotpool_loom)]
+        {
+            $probe.hit();
+        }
+    };
+}
+pub(crate) use probe;
+
 /// A statistics counter that many threads bump without sharing a cache line and, in the
 /// common case, without an atomic read-modify-write: one cache-padded stripe per thread slot,
 /// summed on read. Relaxed: counters order nothing.

@@ -1,17 +1,19 @@
 //! The fast path allocates nothing: acquire + release on a stream pool with room, and
-//! reserve + release on a bare slot table, counted by a global allocator.
+//! reserve + release on a bare slot table, counted by a global allocator. Nor does a wait on
+//! the gate: the waiter's queue node lives in its future.
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::pin::pin;
-use std::task::Poll;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use common::poll_once;
 use common::stream::Script;
 use slotpool::slots::{Capacity, SlotTable};
-use slotpool::Limit;
+use slotpool::{Gate, Limit};
 
 struct Counting;
 
@@ -87,4 +89,50 @@ fn slot_table_and_limit_fast_paths_allocate_nothing() {
         }
     });
     assert_eq!(n, 0);
+}
+
+/// A wait that enqueues, is woken (handed a permit, or notified) and resolves; and a wait that
+/// enqueues and is cancelled: no allocation on either, with a waker whose clone allocates
+/// nothing (a runtime's wakers are reference counts).
+#[test]
+fn a_wait_on_the_gate_and_its_wakeup_allocate_nothing() {
+    let limit = Limit::new(1).unwrap();
+    let gate = Gate::new();
+    let open = AtomicBool::new(false);
+    let take = || open.swap(false, Ordering::SeqCst).then_some(());
+    let mut cx = Context::from_waker(Waker::noop());
+    let n = allocations_during(|| {
+        for _ in 0..1_000 {
+            // Wait, handoff, resolve.
+            let held = limit.try_acquire().unwrap();
+            let mut wait = pin!(limit.acquire());
+            assert!(poll_once(wait.as_mut()).is_pending());
+            assert_eq!(limit.waiting(), 1);
+            drop(held);
+            match poll_once(wait.as_mut()) {
+                Poll::Ready(permit) => drop(permit.unwrap()),
+                Poll::Pending => panic!("the permit was handed to the waiter"),
+            }
+
+            // Wait, cancel.
+            let held = limit.try_acquire().unwrap();
+            {
+                let mut wait = pin!(limit.acquire());
+                assert!(poll_once(wait.as_mut()).is_pending());
+            }
+            assert_eq!(limit.waiting(), 0);
+            drop(held);
+
+            // Wait on a bare gate, notify, resolve.
+            let mut waiter = pin!(gate.waiter());
+            assert!(waiter.as_mut().poll_until(&mut cx, take).is_pending());
+            open.store(true, Ordering::SeqCst);
+            gate.notify_one();
+            assert_eq!(
+                waiter.as_mut().poll_until(&mut cx, take),
+                Poll::Ready(Ok(()))
+            );
+        }
+    });
+    assert_eq!(n, 0, "allocations on gate waits");
 }

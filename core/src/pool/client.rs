@@ -64,7 +64,7 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::ops::{Deref, DerefMut};
-use std::pin::Pin;
+use std::pin::pin;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -450,9 +450,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     async fn wait(&self) -> Result<Checkout<Pooled<C, F>>, ClientError<F::Error>> {
         let mut waited = false;
         let checkout = {
-            let mut wait = self.slots.checkout();
+            let mut wait = pin!(self.slots.checkout());
             poll_fn(|cx| {
-                let poll = Pin::new(&mut wait).poll(cx);
+                let poll = wait.as_mut().poll(cx);
                 waited |= poll.is_pending();
                 poll
             })

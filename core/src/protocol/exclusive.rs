@@ -620,27 +620,25 @@ impl<T> fmt::Debug for ExclusiveSlots<T> {
     }
 }
 
-/// Future of [`ExclusiveSlots::checkout`].
+/// Future of [`ExclusiveSlots::checkout`]. `!Unpin`: its place in the queue lives inside it.
 #[must_use = "futures do nothing unless polled"]
 pub struct CheckoutWait<'a, T> {
     slots: &'a ExclusiveSlots<T>,
-    wait: WaitState,
+    /// Structurally pinned: never moved out of the future. It leaves the queue (passing an
+    /// unused wake-up on) when it drops.
+    wait: WaitState<'a>,
 }
 
 impl<T> Future for CheckoutWait<'_, T> {
     type Output = Result<Checkout<T>, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
+        // SAFETY: `wait` is structurally pinned (re-pinned at once, never moved out).
+        let this = unsafe { self.get_unchecked_mut() };
         let slots = this.slots;
-        this.wait
-            .poll_until(slots.table.gate(), cx, || slots.attempt())
-    }
-}
-
-impl<T> Drop for CheckoutWait<'_, T> {
-    fn drop(&mut self) {
-        self.wait.cancel(self.slots.table.gate());
+        // SAFETY: as above.
+        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
+        wait.poll_until(slots.table.gate(), cx, || slots.attempt())
     }
 }
 

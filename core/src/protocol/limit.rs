@@ -145,8 +145,8 @@ impl Limit {
 
     fn acquire_arc(this: Arc<Self>) -> AcquireOwned {
         AcquireOwned {
-            limit: Some(this),
             wait: WaitState::new(),
+            limit: Some(this),
         }
     }
 
@@ -159,6 +159,12 @@ impl Limit {
     /// Whether [`Limit::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.gate.is_closed()
+    }
+
+    /// How often each rare branch of the limit's gate ran (loom builds only).
+    #[cfg(slotpool_loom)]
+    pub fn gate_probes(&self) -> crate::gate::GateProbes {
+        self.gate.probes()
     }
 
     /// One checked decrement: never below zero.
@@ -208,7 +214,11 @@ impl Limit {
         self.gate.notify_one();
     }
 
-    fn poll_wait(&self, wait: &mut WaitState, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+    fn poll_wait<'g>(
+        &'g self,
+        wait: Pin<&mut WaitState<'g>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Closed>> {
         wait.poll_until_handoff(
             &self.gate,
             cx,
@@ -280,28 +290,32 @@ impl fmt::Debug for OwnedPermit {
     }
 }
 
-/// Future of [`Limit::acquire`].
+/// Future of [`Limit::acquire`]. `!Unpin`: its place in the queue lives inside it.
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<'a> {
     limit: &'a Limit,
-    wait: WaitState,
+    /// Structurally pinned: never moved out of the future.
+    wait: WaitState<'a>,
 }
 
 impl<'a> Future for Acquire<'a> {
     type Output = Result<Permit<'a>, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
+        // SAFETY: `wait` is structurally pinned (re-pinned at once, never moved out).
+        let this = unsafe { self.get_unchecked_mut() };
         let limit = this.limit;
-        limit
-            .poll_wait(&mut this.wait, cx)
-            .map_ok(|()| Permit { limit })
+        // SAFETY: as above.
+        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
+        limit.poll_wait(wait, cx).map_ok(|()| Permit { limit })
     }
 }
 
 impl Drop for Acquire<'_> {
     fn drop(&mut self) {
-        if self.wait.cancel_handoff(&self.limit.gate).is_some() {
+        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        if wait.cancel_handoff().is_some() {
             self.limit.release();
         }
     }
@@ -313,23 +327,34 @@ impl fmt::Debug for Acquire<'_> {
     }
 }
 
-/// Future of [`Limit::acquire_owned`].
+/// Future of [`Limit::acquire_owned`]. `!Unpin`: its place in the queue lives inside it.
 #[must_use = "futures do nothing unless polled"]
 pub struct AcquireOwned {
-    /// `None` once resolved.
+    /// Structurally pinned: never moved out of the future. Its gate borrow is stretched to
+    /// `'static` (see `poll`); declared before `limit` so that it drops first.
+    wait: WaitState<'static>,
+    /// `None` once resolved. INVARIANT: `Some` whenever `wait` is queued.
     limit: Option<Arc<Limit>>,
-    wait: WaitState,
 }
 
 impl Future for AcquireOwned {
     type Output = Result<OwnedPermit, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
+        // SAFETY: `wait` is structurally pinned (re-pinned below, never moved out).
+        let this = unsafe { self.get_unchecked_mut() };
         let Some(limit) = this.limit.as_ref() else {
             panic!("AcquireOwned polled after completion");
         };
-        match limit.poll_wait(&mut this.wait, cx) {
+        // SAFETY: the limit lives in the `Arc` this future holds, and the wait holds the
+        // borrow only while queued: the `Arc` is taken out only once the wait has resolved
+        // (and so left the queue), `Drop` leaves the queue before the `Arc` goes, and the
+        // field order drops `wait` before `limit` should that unwind. So the borrow never
+        // outlives the limit, though its type says `'static`.
+        let stretched: &'static Limit = unsafe { &*Arc::as_ptr(limit) };
+        // SAFETY: structural pinning of `wait`, as above.
+        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
+        match stretched.poll_wait(wait, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => {
                 let limit = this.limit.take();
@@ -343,8 +368,10 @@ impl Future for AcquireOwned {
 
 impl Drop for AcquireOwned {
     fn drop(&mut self) {
-        if let Some(limit) = &self.limit {
-            if self.wait.cancel_handoff(&limit.gate).is_some() {
+        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        if wait.cancel_handoff().is_some() {
+            if let Some(limit) = &self.limit {
                 limit.release();
             }
         }

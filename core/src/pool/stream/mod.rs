@@ -923,11 +923,12 @@ impl<C: Connector> Shared<C> {
     }
 }
 
-/// Future of [`StreamPool::acquire`].
+/// Future of [`StreamPool::acquire`]. `!Unpin`: its place in the wait queue lives inside it.
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<'a, C: Connector> {
     pool: &'a StreamPool<C>,
-    wait: WaitState,
+    /// Structurally pinned: never moved out of the future.
+    wait: WaitState<'a>,
     waited: bool,
 }
 
@@ -936,7 +937,8 @@ impl<'a, C: Connector> Future for Acquire<'a, C> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
+        // SAFETY: `wait` is structurally pinned: `poll_full` re-pins it and nothing moves it.
+        let this = unsafe { self.get_unchecked_mut() };
         // The uncontended case, inlined and kept apart from the rest so that it needs no
         // spills: a future that is not queued joins the lowest stream with room (what
         // `poll_reserve` would try first; a join never claims, so there is nothing to start).
@@ -951,12 +953,15 @@ impl<'a, C: Connector> Future for Acquire<'a, C> {
 
 impl<'a, C: Connector> Acquire<'a, C> {
     /// Everything but the uncontended case: the full scan, waiting, handoffs, closing.
+    /// `self` is pinned (it comes from `poll`).
     #[inline(never)]
     fn poll_full(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<StreamGuard<'a, C>, AcquireError>> {
-        match self.pool.shared.table.poll_reserve_slow(&mut self.wait, cx) {
+        // SAFETY: `self` is the pinned future (see `poll`); `wait` is structurally pinned.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        match self.pool.shared.table.poll_reserve_slow(wait, cx) {
             Poll::Ready(Ok(reservation)) => Poll::Ready(self.resolve(reservation)),
             Poll::Ready(Err(_closed)) => Poll::Ready(Err(AcquireError::Closed)),
             Poll::Pending => {
@@ -980,7 +985,9 @@ impl<'a, C: Connector> Acquire<'a, C> {
 
 impl<C: Connector> Drop for Acquire<'_, C> {
     fn drop(&mut self) {
-        self.pool.shared.table.cancel_reserve(&mut self.wait);
+        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        self.pool.shared.table.cancel_reserve(wait);
     }
 }
 

@@ -404,11 +404,11 @@ impl<T> SlotTable<T> {
     }
 
     /// Polls for a reservation, waiting in `wait`'s place in the queue. For owners that build
-    /// their own futures (the caller must `wait.cancel(table.gate())` when it gives up).
+    /// their own futures (the caller must [`SlotTable::cancel_reserve`] when it gives up).
     #[inline]
-    pub fn poll_reserve(
-        &self,
-        wait: &mut WaitState,
+    pub fn poll_reserve<'g>(
+        &'g self,
+        wait: Pin<&mut WaitState<'g>>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Reservation, Closed>>
     where
@@ -423,9 +423,9 @@ impl<T> SlotTable<T> {
     }
 
     #[inline(never)]
-    pub(crate) fn poll_reserve_slow(
-        &self,
-        wait: &mut WaitState,
+    pub(crate) fn poll_reserve_slow<'g>(
+        &'g self,
+        wait: Pin<&mut WaitState<'g>>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Reservation, Closed>>
     where
@@ -445,15 +445,15 @@ impl<T> SlotTable<T> {
     /// Gives up a wait started with [`SlotTable::poll_reserve`]: leaves the queue, and frees a
     /// unit that was handed to the waiter but not used (which may hand it to the next one).
     #[inline]
-    pub fn cancel_reserve(&self, wait: &mut WaitState) {
+    pub fn cancel_reserve(&self, wait: Pin<&mut WaitState<'_>>) {
         if wait.is_queued() {
             self.cancel_reserve_slow(wait);
         }
     }
 
     #[cold]
-    fn cancel_reserve_slow(&self, wait: &mut WaitState) {
-        if let Some(token) = wait.cancel_handoff(&self.gate) {
+    fn cancel_reserve_slow(&self, wait: Pin<&mut WaitState<'_>>) {
+        if let Some(token) = wait.cancel_handoff() {
             self.release(Reservation::from_token(token));
         }
     }
@@ -1004,25 +1004,31 @@ impl<T> fmt::Debug for SlotTable<T> {
     }
 }
 
-/// Future of [`SlotTable::reserve`].
+/// Future of [`SlotTable::reserve`]. `!Unpin`: its place in the queue lives inside it.
 #[must_use = "futures do nothing unless polled"]
 pub struct Reserve<'a, T> {
     table: &'a SlotTable<T>,
-    wait: WaitState,
+    /// Structurally pinned: never moved out of the future.
+    wait: WaitState<'a>,
 }
 
 impl<T: Default> Future for Reserve<'_, T> {
     type Output = Result<Reservation, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        this.table.poll_reserve(&mut this.wait, cx)
+        // SAFETY: `wait` is structurally pinned (re-pinned at once, never moved out).
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above.
+        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
+        this.table.poll_reserve(wait, cx)
     }
 }
 
 impl<T> Drop for Reserve<'_, T> {
     fn drop(&mut self) {
-        self.table.cancel_reserve(&mut self.wait);
+        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        self.table.cancel_reserve(wait);
     }
 }
 
