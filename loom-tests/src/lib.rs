@@ -25,8 +25,27 @@
 //!
 //! [`model`] is `loom::model` that counts executions; [`Reach`] itself is plain `std`
 //! (its counts outlive the executions, which loom's own atomics must not), so the shuttle
-//! tests use it the same way around `shuttle::check_random` and `shuttle::check_pct`.
-//! [`waited`] wraps a future to tell whether it returned `Pending` before it resolved.
+//! tests use it the same way through [`explore`], which runs shuttle's randomized and PCT
+//! schedulers over a fixed budget of seeds. [`waited`] wraps a future to tell whether it
+//! returned `Pending` before it resolved.
+//!
+//! # Shuttle: beyond loom's reach
+//!
+//! Loom explores every interleaving of two or three threads doing a few operations each.
+//! Scenarios with many threads, several slots, growth, reaping and cancellation at once are far
+//! past what it can enumerate; the `shuttle_*` tests (built only under `--cfg
+//! slotpool_shuttle`, which swaps the crate's facade for shuttle's primitives) run those on
+//! the real code under shuttle's schedulers instead: each seed picks the random choices of one
+//! run, so every failure is replayable. Shuttle runs every atomic access sequentially
+//! consistent, so it checks interleavings, not orderings (loom's job).
+//!
+//! [`explore`] reads its budget from the environment: `SLOTPOOL_SHUTTLE_SEEDS` (how many
+//! seeds, from 0; default 8), `SLOTPOOL_SHUTTLE_ITERATIONS` (schedules per seed and scheduler;
+//! default 150), `SLOTPOOL_SHUTTLE_SEED` (run that one seed only), `SLOTPOOL_SHUTTLE_SCHEDULER`
+//! (`random`, `pct` or `both`, the default) and `SLOTPOOL_SHUTTLE_PCT_DEPTH` (default 3). It
+//! prints each seed before running it; a failure prints shuttle's encoded schedule, which
+//! `SLOTPOOL_SHUTTLE_REPLAY=<schedule>` replays exactly (the README's Proofs section shows the
+//! commands).
 //!
 //! Every model runs at `LOOM_MAX_PREEMPTIONS=3` in CI (`.ci/run`); bound 4 is for runs on
 //! demand (see the README's Proofs section). The mutation suite in `mutants/` plants bugs one
@@ -154,6 +173,114 @@ pub fn model(f: impl Fn(&Reach) + Send + Sync + 'static) -> Reach {
         counting.execution();
         f(&counting);
     });
+    reach
+}
+
+/// The shuttle budget of [`explore`] (see the crate docs for the variables).
+#[cfg(slotpool_shuttle)]
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// Seeds to run, each under the chosen schedulers.
+    pub seeds: Vec<u64>,
+    /// Schedules per seed and scheduler.
+    pub iterations: usize,
+    /// Run shuttle's randomized scheduler.
+    pub random: bool,
+    /// Run shuttle's PCT scheduler.
+    pub pct: bool,
+    /// The PCT scheduler's depth (priority change points per schedule, plus one).
+    pub pct_depth: usize,
+}
+
+#[cfg(slotpool_shuttle)]
+impl Budget {
+    /// The budget the environment asks for, or CI's default.
+    pub fn from_env() -> Self {
+        fn var<T: std::str::FromStr>(name: &str, default: T) -> T {
+            match std::env::var(name) {
+                Ok(value) => value
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name}={value} is not a number")),
+                Err(_) => default,
+            }
+        }
+        let seeds = match std::env::var("SLOTPOOL_SHUTTLE_SEED") {
+            Ok(seed) => vec![seed
+                .parse()
+                .unwrap_or_else(|_| panic!("SLOTPOOL_SHUTTLE_SEED={seed} is not a number"))],
+            Err(_) => (0..var("SLOTPOOL_SHUTTLE_SEEDS", 8u64)).collect(),
+        };
+        let scheduler = std::env::var("SLOTPOOL_SHUTTLE_SCHEDULER").unwrap_or_default();
+        let (random, pct) = match scheduler.as_str() {
+            "" | "both" => (true, true),
+            "random" => (true, false),
+            "pct" => (false, true),
+            other => panic!("SLOTPOOL_SHUTTLE_SCHEDULER={other}: random, pct or both"),
+        };
+        Self {
+            seeds,
+            iterations: var("SLOTPOOL_SHUTTLE_ITERATIONS", 150),
+            random,
+            pct,
+            pct_depth: var("SLOTPOOL_SHUTTLE_PCT_DEPTH", 3),
+        }
+    }
+}
+
+/// Runs `f` under shuttle for the [`Budget`] the environment asks for: every seed under the
+/// randomized and the PCT scheduler, or replays one encoded schedule
+/// (`SLOTPOOL_SHUTTLE_REPLAY`). Counts executions and branches in the returned [`Reach`], as
+/// [`model`] does for loom.
+#[cfg(slotpool_shuttle)]
+pub fn explore(name: &str, f: impl Fn(&Reach) + Send + Sync + 'static) -> Reach {
+    use shuttle::scheduler::{PctScheduler, RandomScheduler};
+    use shuttle::{Config, Runner};
+
+    let reach = Reach::new();
+    let counting = reach.clone();
+    let f = Arc::new(move || {
+        counting.execution();
+        f(&counting);
+    });
+    let config = || {
+        let mut config = Config::new();
+        // Shuttle warns once that it runs every ordering as SeqCst; orderings are loom's job.
+        config.silence_warnings = true;
+        config
+    };
+    if let Ok(schedule) = std::env::var("SLOTPOOL_SHUTTLE_REPLAY") {
+        eprintln!("shuttle {name}: replaying the given schedule");
+        let f = Arc::clone(&f);
+        shuttle::replay(move || f(), &schedule);
+        return reach;
+    }
+    let budget = Budget::from_env();
+    for &seed in &budget.seeds {
+        if budget.random {
+            eprintln!(
+                "shuttle {name}: random scheduler, seed {seed}, {} schedules (SLOTPOOL_SHUTTLE_SEED={seed} SLOTPOOL_SHUTTLE_SCHEDULER=random reruns it)",
+                budget.iterations
+            );
+            let f = Arc::clone(&f);
+            Runner::new(
+                RandomScheduler::new_from_seed(seed, budget.iterations),
+                config(),
+            )
+            .run(move || f());
+        }
+        if budget.pct {
+            eprintln!(
+                "shuttle {name}: PCT scheduler depth {}, seed {seed}, {} schedules (SLOTPOOL_SHUTTLE_SEED={seed} SLOTPOOL_SHUTTLE_SCHEDULER=pct reruns it)",
+                budget.pct_depth, budget.iterations
+            );
+            let f = Arc::clone(&f);
+            Runner::new(
+                PctScheduler::new_from_seed(seed, budget.pct_depth, budget.iterations),
+                config(),
+            )
+            .run(move || f());
+        }
+    }
     reach
 }
 
