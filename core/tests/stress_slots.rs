@@ -272,7 +272,8 @@ async fn unbounded_table_grows_under_contention() {
 }
 
 /// Waiters are served in the order they queued, cancelled ones skipped: each release hands its
-/// unit to the oldest waiter still queued.
+/// unit to the oldest waiter still queued, so a caller that did not wait (here the releaser
+/// itself, trying again at once) finds no unit while anyone is queued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_are_served_first_in_first_out() {
     let shadow = Shadow::new(Capacity::Bounded(2), 2, 2);
@@ -285,21 +286,36 @@ async fn waiters_are_served_first_in_first_out() {
     }
     let first = full.pop().expect("a full table");
     let waiter_shadow = Arc::clone(&shadow);
+    let barged = Arc::new(AtomicU64::new(0));
+    let barging = Arc::clone(&barged);
     assert_served_in_queue_order(
         32,
         7,
         move |id, served| {
-            let shadow = Arc::clone(&waiter_shadow);
+            let (shadow, barged) = (Arc::clone(&waiter_shadow), Arc::clone(&barging));
             async move {
                 let r = shadow.table.reserve().await.expect("table not closed");
                 served.lock().push(id);
                 assert!(shadow.table.release(r));
+                if let Ok(again) = shadow.table.try_reserve() {
+                    // The unit was free: nobody was queued when it came back, and nobody
+                    // queues any more.
+                    if shadow.table.stats().waiting > 0 {
+                        barged.fetch_add(1, Ordering::SeqCst);
+                    }
+                    assert!(shadow.table.release(again));
+                }
             }
         },
         || shadow.table.stats().waiting,
         || assert!(shadow.table.release(first)),
     )
     .await;
+    assert!(
+        barged.load(Ordering::SeqCst) == 0,
+        "{} callers took a unit a queued waiter was owed",
+        barged.load(Ordering::SeqCst)
+    );
     for r in full {
         assert!(shadow.table.release(r));
     }
