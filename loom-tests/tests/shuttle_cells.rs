@@ -106,6 +106,37 @@ impl Shadow {
     }
 }
 
+/// Runs `worker(t)` on `threads` threads while another moves the shadow clock through six
+/// ticks and runs `reap(tick)` at each, and joins them all.
+fn run_with_reaper(
+    shadow: &Arc<Shadow>,
+    threads: usize,
+    worker: impl Fn(usize) + Send + Sync + 'static,
+    reap: impl Fn(u64) + Send + 'static,
+) {
+    let worker = Arc::new(worker);
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let worker = Arc::clone(&worker);
+            thread::spawn(move || worker(t))
+        })
+        .collect();
+    let reaper = {
+        let shadow = Arc::clone(shadow);
+        thread::spawn(move || {
+            for tick in 1..=6 {
+                shadow.now.store(tick, Ordering::Relaxed);
+                reap(tick);
+                thread::yield_now();
+            }
+        })
+    };
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    reaper.join().unwrap();
+}
+
 /// Four threads on an exclusive table of two slots: each checks out (waiting when both are
 /// taken), and returns the value, or discards it, or fails to build one, while a reaper takes
 /// values idle since an earlier tick. No value is ever held twice or handed out after a reap;
@@ -117,61 +148,51 @@ fn exclusive_cells_with_a_reaper() {
     let reach = explore("exclusive_cells_with_a_reaper", |reach| {
         let slots = Arc::new(ExclusiveSlots::<u32>::new(Capacity::Bounded(2)).unwrap());
         let shadow = Shadow::new();
-        let workers: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let (slots, shadow, reach) =
-                    (Arc::clone(&slots), Arc::clone(&shadow), reach.clone());
-                thread::spawn(move || {
-                    for round in 0..ROUNDS {
-                        let (checkout, slept) = block_on(waited(slots.checkout()));
-                        reach.hit_if(slept, "a caller waited for a client");
-                        let (lease, value) = match checkout.unwrap() {
-                            Checkout::Idle { lease, value } => {
-                                shadow.got(value, true);
-                                reach.hit("an idle client was reused");
-                                (lease, value)
-                            }
-                            Checkout::Vacant { lease } => {
-                                if (t + round) % 5 == 4 {
-                                    // The build failed: the slot goes back empty.
-                                    slots.retire(lease);
-                                    continue;
-                                }
-                                let value = shadow.build();
-                                slots.occupy(&lease);
-                                (lease, value)
-                            }
-                        };
-                        thread::yield_now();
-                        if (t + round) % 7 == 6 {
-                            // The client broke: discard it.
-                            shadow.gone(value, true);
-                            slots.retire(lease);
-                            continue;
-                        }
-                        shadow.put_back(value);
-                        assert!(slots.check_in(lease, value, shadow.stamp()));
-                    }
-                })
-            })
-            .collect();
-        let reaper = {
+        let worker = {
             let (slots, shadow, reach) = (Arc::clone(&slots), Arc::clone(&shadow), reach.clone());
-            thread::spawn(move || {
-                for tick in 1..=6 {
-                    shadow.now.store(tick, Ordering::Relaxed);
-                    for (value, _stamp) in slots.reap(|stamp| stamp < tick) {
-                        shadow.gone(value, false);
-                        reach.hit("the reaper took an idle client");
-                    }
+            move |t: usize| {
+                for round in 0..ROUNDS {
+                    let (checkout, slept) = block_on(waited(slots.checkout()));
+                    reach.hit_if(slept, "a caller waited for a client");
+                    let (lease, value) = match checkout.unwrap() {
+                        Checkout::Idle { lease, value } => {
+                            shadow.got(value, true);
+                            reach.hit("an idle client was reused");
+                            (lease, value)
+                        }
+                        Checkout::Vacant { lease } => {
+                            if (t + round) % 5 == 4 {
+                                // The build failed: the slot goes back empty.
+                                slots.retire(lease);
+                                continue;
+                            }
+                            let value = shadow.build();
+                            slots.occupy(&lease);
+                            (lease, value)
+                        }
+                    };
                     thread::yield_now();
+                    if (t + round) % 7 == 6 {
+                        // The client broke: discard it.
+                        shadow.gone(value, true);
+                        slots.retire(lease);
+                        continue;
+                    }
+                    shadow.put_back(value);
+                    assert!(slots.check_in(lease, value, shadow.stamp()));
                 }
-            })
+            }
         };
-        for worker in workers {
-            worker.join().unwrap();
-        }
-        reaper.join().unwrap();
+        let reap = {
+            let (slots, shadow, reach) = (Arc::clone(&slots), Arc::clone(&shadow), reach.clone());
+            move |tick: u64| {
+                for (value, _stamp) in slots.reap(|stamp| stamp < tick) {
+                    shadow.gone(value, false);
+                    reach.hit("the reaper took an idle client");
+                }
+            }
+        };
+        run_with_reaper(&shadow, THREADS, worker, reap);
         slots.close();
         for (value, _) in slots.reap(|_| true) {
             shadow.gone(value, false);
@@ -198,51 +219,41 @@ fn shared_cells_with_a_reaper() {
     let reach = explore("shared_cells_with_a_reaper", |reach| {
         let slots = Arc::new(SharedSlots::<u32>::new(2).unwrap());
         let shadow = Shadow::new();
-        let workers: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let (slots, shadow, reach) =
-                    (Arc::clone(&slots), Arc::clone(&shadow), reach.clone());
-                thread::spawn(move || {
-                    for round in 0..ROUNDS {
-                        let share = match slots.join() {
-                            Joined::Shared(share) => {
-                                shadow.got(*share.value(), false);
-                                reach.hit("joined an open channel");
-                                share
-                            }
-                            Joined::Vacant(lease) => {
-                                if (t + round) % 5 == 4 {
-                                    slots.abandon(lease);
-                                    continue;
-                                }
-                                let value = shadow.build();
-                                slots.open(lease, value)
-                            }
-                        };
-                        thread::yield_now();
-                        shadow.put_back(*share.value());
-                        slots.leave(share, shadow.stamp());
-                    }
-                })
-            })
-            .collect();
-        let reaper = {
+        let worker = {
             let (slots, shadow, reach) = (Arc::clone(&slots), Arc::clone(&shadow), reach.clone());
-            thread::spawn(move || {
-                for tick in 1..=6 {
-                    shadow.now.store(tick, Ordering::Relaxed);
-                    for (_index, incarnation) in slots.reap(|stamp| stamp < tick) {
-                        shadow.gone(*incarnation.value(), false);
-                        reach.hit("the reaper retired an idle channel");
-                    }
+            move |t: usize| {
+                for round in 0..ROUNDS {
+                    let share = match slots.join() {
+                        Joined::Shared(share) => {
+                            shadow.got(*share.value(), false);
+                            reach.hit("joined an open channel");
+                            share
+                        }
+                        Joined::Vacant(lease) => {
+                            if (t + round) % 5 == 4 {
+                                slots.abandon(lease);
+                                continue;
+                            }
+                            let value = shadow.build();
+                            slots.open(lease, value)
+                        }
+                    };
                     thread::yield_now();
+                    shadow.put_back(*share.value());
+                    slots.leave(share, shadow.stamp());
                 }
-            })
+            }
         };
-        for worker in workers {
-            worker.join().unwrap();
-        }
-        reaper.join().unwrap();
+        let reap = {
+            let (slots, shadow, reach) = (Arc::clone(&slots), Arc::clone(&shadow), reach.clone());
+            move |tick: u64| {
+                for (_index, incarnation) in slots.reap(|stamp| stamp < tick) {
+                    shadow.gone(*incarnation.value(), false);
+                    reach.hit("the reaper retired an idle channel");
+                }
+            }
+        };
+        run_with_reaper(&shadow, THREADS, worker, reap);
         for (_index, incarnation) in slots.reap(|_| true) {
             shadow.gone(*incarnation.value(), false);
         }

@@ -86,6 +86,19 @@ impl Held {
     }
 }
 
+/// A thread running `passes` reaper passes on a moving clock (a slot idle through two passes
+/// is retired).
+fn spawn_reaper(held: &Arc<Held>, reach: &Reach, passes: u64) -> thread::JoinHandle<()> {
+    let (held, reach) = (Arc::clone(held), reach.clone());
+    thread::spawn(move || {
+        for now in 1..=passes {
+            held.table
+                .reap_idle(now, 1, |_, ()| reach.hit("the reaper retired a slot"));
+            thread::yield_now();
+        }
+    })
+}
+
 /// Six threads on a bounded table of three slots of depth two (six units), each running a mix
 /// of waits, tries, cancellations after one poll and double holds, some of their spin-ups
 /// failing, while a reaper retires idle slots: the cap holds at every step, no waiter sleeps
@@ -148,16 +161,7 @@ fn many_threads_reserve_cancel_fail_and_reap() {
                 })
             })
             .collect();
-        let reaper = {
-            let (held, reach) = (Arc::clone(&held), reach.clone());
-            thread::spawn(move || {
-                for now in 1..=8 {
-                    held.table
-                        .reap_idle(now, 1, |_, ()| reach.hit("the reaper retired a slot"));
-                    thread::yield_now();
-                }
-            })
-        };
+        let reaper = spawn_reaper(&held, reach, 8);
         for worker in workers {
             worker.join().unwrap();
         }
@@ -206,16 +210,7 @@ fn unbounded_table_grows_while_reserved_and_reaped() {
                 })
             })
             .collect();
-        let reaper = {
-            let (held, reach) = (Arc::clone(&held), reach.clone());
-            thread::spawn(move || {
-                for now in 1..=4 {
-                    held.table
-                        .reap_idle(now, 1, |_, ()| reach.hit("the reaper retired a slot"));
-                    thread::yield_now();
-                }
-            })
-        };
+        let reaper = spawn_reaper(&held, reach, 4);
         for worker in workers {
             worker.join().unwrap();
         }

@@ -114,24 +114,7 @@ pub fn check<S: Spec>(
         if count > best.0 {
             best = (count, done_set.clone(), state.clone());
         }
-        let is_done = |i: usize| done_set[i / 64] & (1 << (i % 64)) != 0;
-        // Candidates: pending events called before the earliest return among pending events.
-        let mut earliest_return = u64::MAX;
-        let mut candidates = Vec::new();
-        for (i, e) in events.iter().enumerate() {
-            if is_done(i) {
-                continue;
-            }
-            if e.call > earliest_return {
-                break;
-            }
-            earliest_return = earliest_return.min(e.done);
-            candidates.push(i);
-        }
-        for &i in candidates.iter().rev() {
-            if events[i].call > earliest_return {
-                continue;
-            }
+        for i in candidates(&events, &done_set).into_iter().rev() {
             for next in state.apply(&events[i].op, &events[i].ret) {
                 let mut set = done_set.clone();
                 set[i / 64] |= 1 << (i % 64);
@@ -142,26 +125,41 @@ pub fn check<S: Spec>(
         }
     }
     let (_, set, state) = best;
-    let is_done = |i: usize| set[i / 64] & (1 << (i % 64)) != 0;
     let longest = (0..n)
-        .filter(|&i| is_done(i))
+        .filter(|&i| is_linearized(&set, i))
         .map(|i| events[i].clone())
         .collect();
+    let stuck_on = candidates(&events, &set)
+        .into_iter()
+        .map(|i| events[i].clone())
+        .collect();
+    Err(Box::new(Violation {
+        longest,
+        state,
+        stuck_on,
+    }))
+}
+
+fn is_linearized(set: &[u64], i: usize) -> bool {
+    set[i / 64] & (1 << (i % 64)) != 0
+}
+
+/// The events (indices into `events`, sorted by call) that may be linearized next: those not
+/// in `set` that were called before the earliest return among the events not in `set`.
+fn candidates<S: Spec>(events: &[&Event<S>], set: &[u64]) -> Vec<usize> {
     let mut earliest_return = u64::MAX;
-    let mut stuck_on = Vec::new();
+    let mut candidates = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        if is_done(i) {
+        if is_linearized(set, i) {
             continue;
         }
         if e.call > earliest_return {
             break;
         }
         earliest_return = earliest_return.min(e.done);
-        stuck_on.push((*e).clone());
+        candidates.push(i);
     }
-    Err(Box::new(Violation {
-        longest,
-        state,
-        stuck_on,
-    }))
+    // An event taken in before a later one returned earlier is no candidate after all.
+    candidates.retain(|&i| events[i].call <= earliest_return);
+    candidates
 }
