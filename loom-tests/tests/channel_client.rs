@@ -39,8 +39,9 @@ fn one_idle_client(value: u32) -> ExclusiveSlots<u32> {
 /// A reap racing an acquire on one idle client: the client goes to exactly one of them. If the
 /// acquirer got it, the reaper took nothing and the client is Busy; if the reaper got it, the
 /// acquirer never sees it (it claims the emptied slot, or finds no capacity while the slot
-/// drains), and no capacity is lost. Reached: both winners, and the acquirer winning after the
-/// reaper had found the client idle and expired (its predicate ran), so the handshake decided.
+/// drains), and no capacity is lost. Reached: the reaper winning; the acquirer winning after the
+/// reaper had found the client idle and expired (its predicate ran), so the handshake decided;
+/// and the reaper finding the client held (or returned with a fresh stamp).
 #[test]
 fn client_reap_vs_acquire() {
     let reach = model(|reach| {
@@ -61,20 +62,29 @@ fn client_reap_vs_acquire() {
                 Err(e) => panic!("unexpected {e:?}"),
             })
         };
-        let mut considered = false;
-        let reaped = slots.reap(|stamp| {
-            considered = true;
-            stamp == 0
-        });
+        // The reaper runs on a thread of its own too: loom then explores either party
+        // running first as freely as any interleaving of the two.
+        let reaper = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let mut considered = false;
+                let reaped = slots.reap(|stamp| {
+                    considered = true;
+                    stamp == 0
+                });
+                (reaped, considered)
+            })
+        };
         let acquired = acquirer.join().unwrap();
+        let (reaped, considered) = reaper.join().unwrap();
         match (acquired, reaped.as_slice()) {
             // The acquirer won; the reaper's CAS failed (or it saw the fresh stamp 1).
             (Some(7), []) => {
-                reach.hit("the acquirer won");
-                reach.hit_if(
-                    considered,
-                    "the acquirer won a client the reaper found expired",
-                );
+                reach.hit(if considered {
+                    "the acquirer won a client the reaper found expired"
+                } else {
+                    "the reaper found the client held or fresh"
+                });
                 assert_eq!(slots.state(0), Some(CellState::Idle));
             }
             // The reaper won; the acquirer never had the client.
@@ -88,7 +98,7 @@ fn client_reap_vs_acquire() {
         assert!(slots.try_checkout().is_ok());
     });
     reach.explored(2).reached_all(&[
-        "the acquirer won",
+        "the reaper found the client held or fresh",
         "the reaper won",
         "the acquirer won a client the reaper found expired",
     ]);
@@ -240,8 +250,9 @@ fn close_vs_check_in_strands_nothing() {
 
 /// A reap racing a join on one idle channel: a joiner that registers keeps the channel (the
 /// reaper's CAS fails); if the reaper wins, the joiner never gets the reaped channel (it opens
-/// a new one in the emptied slot or the next). Reached: both winners, and the joiner keeping a
-/// channel the reaper had found idle and expired.
+/// a new one in the emptied slot or the next). Reached: the reaper winning; the joiner keeping
+/// a channel the reaper had found idle and expired (they raced on the share word); and the
+/// reaper finding the channel already held.
 #[test]
 fn channel_reap_vs_join() {
     let reach = model(|reach| {
@@ -264,20 +275,30 @@ fn channel_reap_vs_join() {
                 (got, index, share)
             })
         };
-        let mut considered = false;
-        let reaped = slots.reap(|stamp| {
-            considered = true;
-            stamp == 0
-        });
+        // The reaper runs on a thread of its own too: loom then explores either party
+        // running first as freely as any interleaving of the two.
+        let reaper = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let mut considered = false;
+                let reaped = slots.reap(|stamp| {
+                    considered = true;
+                    stamp == 0
+                });
+                let reaped: Vec<(usize, u32)> =
+                    reaped.iter().map(|(i, inc)| (*i, *inc.value())).collect();
+                (reaped, considered)
+            })
+        };
         let (got, index, share) = joiner.join().unwrap();
-        let reaped: Vec<(usize, u32)> = reaped.iter().map(|(i, inc)| (*i, *inc.value())).collect();
+        let (reaped, considered) = reaper.join().unwrap();
         match (got, reaped.as_slice()) {
             (7, []) => {
-                reach.hit("the joiner kept the channel");
-                reach.hit_if(
-                    considered,
-                    "the joiner kept a channel the reaper found expired",
-                );
+                reach.hit(if considered {
+                    "the joiner kept a channel the reaper found expired"
+                } else {
+                    "the reaper found the channel held"
+                });
             }
             (8, [(0, 7)]) => {
                 reach.hit("the reaper won, the joiner opened another");
@@ -296,7 +317,7 @@ fn channel_reap_vs_join() {
         assert_eq!(slots.counts().open, 0);
     });
     reach.explored(2).reached_all(&[
-        "the joiner kept the channel",
+        "the reaper found the channel held",
         "the reaper won, the joiner opened another",
         "the joiner kept a channel the reaper found expired",
     ]);
