@@ -646,6 +646,26 @@ mod loom_tests {
             "no execution handed a stripe from one thread to the next"
         );
     }
+
+    /// Threads without an owned stripe share one and bump it with an RMW: two of them
+    /// counting at once lose nothing.
+    #[test]
+    fn a_shared_stripe_loses_no_count() {
+        loom::model(|| {
+            let counter = Arc::new(Counter::new());
+            let other = {
+                let counter = Arc::clone(&counter);
+                thread::spawn(move || counter.add_at(super::OWNED_STRIPES, 1))
+            };
+            counter.add_at(super::OWNED_STRIPES, 1);
+            other.join().unwrap();
+            assert_eq!(
+                counter.get(),
+                2,
+                "two threads sharing a stripe lost a count"
+            );
+        });
+    }
 }
 #[cfg(all(test, not(slotpool_loom)))]
 mod tests {
