@@ -1,7 +1,8 @@
 //! Differential driver: the slot table plus its gate against a sequential model.
 //!
 //! The input chooses a table (bounded 1-6 slots or unbounded, per-slot cap 1-4) and then a
-//! sequence of operations: try_reserve, release, a stale release, mark ready, drain, start /
+//! sequence of operations: try_reserve, release, a stale release, mark ready, drain (of a held
+//! incarnation, an idle one, or one already gone), start /
 //! poll / cancel one waiting reservation, advance the clock, reap. After every operation the
 //! real table's answer and its `stats()` must equal the model's, and a waiter that is pending
 //! while the model has capacity must have been woken (no lost wake-up).
@@ -300,8 +301,15 @@ pub fn run(data: &[u8]) -> Coverage {
                 }
                 assert_eq!(table.mark_ready(r.index(), r.generation()), expected);
             }
-            6 if !held.is_empty() => {
-                let r = held[input.below(held.len())];
+            6 if !held.is_empty() || !spent.is_empty() => {
+                // Drain the incarnation of a held reservation, or of one released before (its
+                // slot may have no load left, or have been retired since): the resource failed
+                // or closed while busy, idle, or after it was gone.
+                let pick = input.below(held.len() + spent.len());
+                let r = held
+                    .get(pick)
+                    .copied()
+                    .unwrap_or_else(|| spent[pick - held.len()]);
                 let expected = model.drain(r.index(), r.generation().get());
                 assert_eq!(table.begin_drain(r.index(), r.generation()), expected);
             }
