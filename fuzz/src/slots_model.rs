@@ -1,10 +1,20 @@
 //! Differential driver: the slot table plus its gate against a sequential model.
 //!
 //! The input chooses a table (bounded 1-6 slots or unbounded, per-slot cap 1-4) and then a
-//! sequence of operations: try_reserve, release (current or stale), mark ready, drain, start /
+//! sequence of operations: try_reserve, release, a stale release, mark ready, drain (of a held
+//! incarnation, an idle one, or one already gone), start /
 //! poll / cancel one waiting reservation, advance the clock, reap. After every operation the
 //! real table's answer and its `stats()` must equal the model's, and a waiter that is pending
 //! while the model has capacity must have been woken (no lost wake-up).
+//!
+//! A stale release replays a reservation that was released (or refused) before and whose
+//! slot has since been retired (drained to Empty, or reaped) and perhaps claimed again: the
+//! model refuses it by generation, and so must the table, changing nothing. Every reservation
+//! a release hands back is kept for that, so the generation checks are fuzzed as soon as a
+//! sequence retires a slot.
+//!
+//! [`Model`] is the sequential specification of the table, shared with the linearizability
+//! check of the stream pool (`core/tests/lin_stream.rs`), which includes this file.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,13 +28,18 @@ use slotpool::TryAcquireError;
 use crate::bytes::Bytes;
 
 /// The model of one slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ModelSlot {
-    phase: Phase,
-    load: u32,
-    generation: u32,
-    used: bool,
-    idle_since: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelSlot {
+    /// Where the slot is in its lifecycle.
+    pub phase: Phase,
+    /// Units reserved.
+    pub load: u32,
+    /// The incarnation (29 bits, wrapping).
+    pub generation: u32,
+    /// Reserved since the last reaper pass that found it idle.
+    pub used: bool,
+    /// When a reaper pass last found it idle with `used` set.
+    pub idle_since: u64,
 }
 
 impl ModelSlot {
@@ -44,17 +59,30 @@ impl ModelSlot {
     }
 }
 
-/// The sequential specification.
-struct Model {
-    slots: Vec<ModelSlot>,
-    max_load: u32,
-    unbounded: bool,
+/// The sequential specification of a slot table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Model {
+    /// Every allocated slot, by index.
+    pub slots: Vec<ModelSlot>,
+    /// Per-slot cap on load.
+    pub max_load: u32,
+    /// Grows by a segment as large as the table when nothing has room or is vacant.
+    pub unbounded: bool,
 }
 
 impl Model {
+    /// A table of `slots` Empty slots (an unbounded one starts with its first segment).
+    pub fn new(slots: usize, max_load: u32, unbounded: bool) -> Self {
+        Self {
+            slots: vec![ModelSlot::EMPTY; slots],
+            max_load,
+            unbounded,
+        }
+    }
+
     /// Where the next reservation must go: lowest slot with room, else lowest Empty slot,
     /// else (unbounded) the first slot of a new segment as large as the table.
-    fn next(&self) -> Option<(usize, bool)> {
+    pub fn next(&self) -> Option<(usize, bool)> {
         if let Some(i) = self.slots.iter().position(|s| {
             matches!(s.phase, Phase::Starting | Phase::Ready) && s.load < self.max_load
         }) {
@@ -66,7 +94,8 @@ impl Model {
         self.unbounded.then_some((self.slots.len(), true))
     }
 
-    fn reserve(&mut self) -> Option<(usize, bool, u32)> {
+    /// Takes one unit where [`Model::next`] says: `(index, claimed, generation)`.
+    pub fn reserve(&mut self) -> Option<(usize, bool, u32)> {
         let (index, claimed) = self.next()?;
         if index == self.slots.len() {
             let grow = self.slots.len();
@@ -82,7 +111,9 @@ impl Model {
         Some((index, claimed, slot.generation))
     }
 
-    fn release(&mut self, index: usize, generation: u32) -> bool {
+    /// Gives one unit back; refused (`false`, nothing changes) for another incarnation or a
+    /// slot without load. The last unit of a Draining slot retires it.
+    pub fn release(&mut self, index: usize, generation: u32) -> bool {
         let slot = &mut self.slots[index];
         if slot.generation != generation || slot.load == 0 {
             return false;
@@ -115,7 +146,26 @@ impl Model {
         self.release(index, generation)
     }
 
-    fn drain(&mut self, index: usize, generation: u32) -> Option<Phase> {
+    /// Starting → Ready for that incarnation.
+    pub fn mark_ready(&mut self, index: usize, generation: u32) -> bool {
+        let slot = &mut self.slots[index];
+        if slot.generation != generation || slot.phase != Phase::Starting {
+            return false;
+        }
+        slot.phase = Phase::Ready;
+        true
+    }
+
+    /// Whether a reservation of `generation` on slot `index` belongs to an incarnation that has
+    /// ended (the slot was retired since).
+    pub fn is_stale(&self, index: usize, generation: u32) -> bool {
+        self.slots
+            .get(index)
+            .is_some_and(|slot| slot.generation != generation)
+    }
+
+    /// Starting/Ready → Draining for that incarnation (Empty at once without load).
+    pub fn drain(&mut self, index: usize, generation: u32) -> Option<Phase> {
         let slot = &mut self.slots[index];
         if slot.generation != generation || !matches!(slot.phase, Phase::Starting | Phase::Ready) {
             return None;
@@ -128,7 +178,8 @@ impl Model {
         Some(was)
     }
 
-    fn reap(&mut self, now: u64, timeout: u64) -> Vec<usize> {
+    /// One reaper pass at `now`: the indices retired.
+    pub fn reap(&mut self, now: u64, timeout: u64) -> Vec<usize> {
         let mut retired = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             if slot.phase != Phase::Ready || slot.load != 0 {
@@ -155,8 +206,22 @@ impl Wake for Flag {
     }
 }
 
+/// Reservations kept for stale releases (the most recent ones).
+const SPENT: usize = 16;
+
+/// What one run exercised, so the replays can show they reach the paths they are for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Operations run.
+    pub ops: usize,
+    /// Releases of a reservation whose slot had been retired since (refused by generation).
+    pub stale_releases: usize,
+    /// Of those, releases into a slot that a later incarnation holds again.
+    pub stale_into_reuse: usize,
+}
+
 /// Runs one fuzz input. Panics on any divergence from the model.
-pub fn run(data: &[u8]) {
+pub fn run(data: &[u8]) -> Coverage {
     let mut input = Bytes::new(data);
     let max_load = 1 + input.below(4) as u32;
     let shape = input.below(7);
@@ -166,15 +231,14 @@ pub fn run(data: &[u8]) {
         (Capacity::Bounded(shape + 1), false, shape + 1)
     };
     let table = SlotTable::<()>::new(capacity, max_load).expect("valid configuration");
-    let mut model = Model {
-        slots: vec![ModelSlot::EMPTY; slots],
-        max_load,
-        unbounded,
-    };
+    let mut model = Model::new(slots, max_load, unbounded);
+    let mut coverage = Coverage::default();
     let timeout = 10;
     let mut now = 0u64;
     let mut held: Vec<Reservation> = Vec::new();
-    let mut stale: Vec<Reservation> = Vec::new();
+    // Reservations released (or refused) before: a release of one whose slot was retired
+    // since is stale.
+    let mut spent: Vec<Reservation> = Vec::new();
     let flag = Arc::new(Flag::default());
     let waker = Waker::from(Arc::clone(&flag));
     let mut waiter: Option<Pin<Box<Reserve<'_, ()>>>> = None;
@@ -184,6 +248,7 @@ pub fn run(data: &[u8]) {
 
     while !input.is_empty() && steps < 512 {
         steps += 1;
+        coverage.ops += 1;
         match input.below(10) {
             0 | 1 => {
                 let real = table.try_reserve();
@@ -204,15 +269,27 @@ pub fn run(data: &[u8]) {
                 let queued = waiter.is_some() && handed.is_none() && table.stats().waiting == 1;
                 let expected = model.release_or_hand(r, queued, &mut handed);
                 assert_eq!(table.release(r), expected);
-                if !expected {
-                    stale.push(r);
+                if spent.len() == SPENT {
+                    let _ = spent.remove(0);
                 }
+                spent.push(r);
             }
-            4 if !stale.is_empty() => {
-                let r = stale[input.below(stale.len())];
+            4 if spent
+                .iter()
+                .any(|r| model.is_stale(r.index(), r.generation().get())) =>
+            {
+                let candidates: Vec<Reservation> = spent
+                    .iter()
+                    .copied()
+                    .filter(|r| model.is_stale(r.index(), r.generation().get()))
+                    .collect();
+                let r = candidates[input.below(candidates.len())];
                 let queued = waiter.is_some() && handed.is_none() && table.stats().waiting == 1;
+                let reused = model.slots[r.index()].load > 0;
                 let expected = model.release_or_hand(r, queued, &mut handed);
-                assert_eq!(table.release(r), expected);
+                assert_eq!(table.release(r), expected, "a stale release of {r:?}");
+                coverage.stale_releases += 1;
+                coverage.stale_into_reuse += usize::from(reused);
             }
             5 if !held.is_empty() => {
                 let r = held[input.below(held.len())];
@@ -224,8 +301,15 @@ pub fn run(data: &[u8]) {
                 }
                 assert_eq!(table.mark_ready(r.index(), r.generation()), expected);
             }
-            6 if !held.is_empty() => {
-                let r = held[input.below(held.len())];
+            6 if !held.is_empty() || !spent.is_empty() => {
+                // Drain the incarnation of a held reservation, or of one released before (its
+                // slot may have no load left, or have been retired since): the resource failed
+                // or closed while busy, idle, or after it was gone.
+                let pick = input.below(held.len() + spent.len());
+                let r = held
+                    .get(pick)
+                    .copied()
+                    .unwrap_or_else(|| spent[pick - held.len()]);
                 let expected = model.drain(r.index(), r.generation().get());
                 assert_eq!(table.begin_drain(r.index(), r.generation()), expected);
             }
@@ -291,6 +375,7 @@ pub fn run(data: &[u8]) {
         assert_eq!(table.release(r), expected);
     }
     check(&table, &model, false);
+    coverage
 }
 
 fn check(table: &SlotTable<()>, model: &Model, waiting: bool) {

@@ -20,9 +20,17 @@
 #
 # Checks:
 #   loom:FILE[:FILTER]           loom model file loom-tests/tests/FILE.rs at bound $BOUND
+#   loom-lib:PKG[:FILTER]        PKG's own lib tests under loom at bound $BOUND (e.g. the
+#                                counters' stripe model: loom-lib:slotpool:sync)
 #   shuttle:FILE[:FILTER]        shuttle test file loom-tests/tests/FILE.rs (--cfg slotpool_shuttle)
 #   test:PKG:FILE[:FILTER]       cargo test -p PKG --test FILE (e.g. test:slotpool:stream)
 #   lib:PKG[:FILTER]             cargo test -p PKG --lib
+#   fuzz:TARGET                  replays fuzz/corpus/TARGET through the cargo-fuzz target (needs
+#                                cargo-fuzz; test:slotpool:slots_fuzz_replay replays the same
+#                                corpus without it)
+#
+# The table ends with a summary line per mutant family (the part of the name before the
+# first dash), and the run fails if any mutant survived or no longer applies.
 set -uo pipefail
 top=$(git rev-parse --show-toplevel)
 cd "$top"
@@ -50,6 +58,7 @@ run_check() { # $1 = check; runs in $tree; returns the command's status (124 = t
       (cd "$tree" && RUSTFLAGS="--cfg $cfg" LOOM_MAX_PREEMPTIONS=$bound timeout "$limit" \
         cargo test -q --release -p slotpool-loom-tests --target-dir "$work/target-$kind" \
         --test "$file" -- $filt) ;;
+    # (loom-lib shares target-loom with loom: the same cfg, so the dependencies build once.)
     test)
       pkg=${rest%%:*}; rest=${rest#*:}; file=${rest%%:*}; filt=""; [ "$rest" != "$file" ] && filt=${rest#*:}
       (cd "$tree" && timeout "$limit" cargo test -q -p "$pkg" --all-features \
@@ -58,6 +67,14 @@ run_check() { # $1 = check; runs in $tree; returns the command's status (124 = t
       pkg=${rest%%:*}; filt=""; [ "$rest" != "$pkg" ] && filt=${rest#*:}
       (cd "$tree" && timeout "$limit" cargo test -q -p "$pkg" --all-features \
         --target-dir "$work/target-test" --lib -- $filt) ;;
+    loom-lib)
+      pkg=${rest%%:*}; filt=""; [ "$rest" != "$pkg" ] && filt=${rest#*:}
+      (cd "$tree" && RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=$bound \
+        timeout "$limit" cargo test -q --release -p "$pkg" --target-dir "$work/target-loom" \
+        --lib -- $filt) ;;
+    fuzz)
+      (cd "$tree/fuzz" && timeout "$limit" cargo fuzz run -s none --release "$rest" \
+        "corpus/$rest" -- -runs=0) ;;
     *) echo "unknown check kind: $check" >&2; return 2 ;;
   esac
 }
@@ -90,6 +107,7 @@ table="$work/table.md"
   echo "| --- | --- | --- | --- |"
 } >"$table"
 caught=0 survived=0 equivalent=0 stale=0
+declare -A family_total=() family_caught=()
 for m in "${mutants[@]}"; do
   name=$(basename "$m" .patch)
   what=$(header "$m" Mutant)
@@ -121,7 +139,18 @@ for m in "${mutants[@]}"; do
     fi
   fi
   printf '| %s | %s | %s | %s |\n' "$name" "$what" "$checks" "$result" | tee -a "$table"
+  family=${name%%-*}
+  family_total[$family]=$(( ${family_total[$family]:-0} + 1 ))
+  case $result in caught*|equivalent*) family_caught[$family]=$(( ${family_caught[$family]:-0} + 1 )) ;; esac
 done
+{
+  echo
+  echo "| family | mutants | caught or equivalent |"
+  echo "| --- | --- | --- |"
+  for family in $(printf '%s\n' "${!family_total[@]}" | sort); do
+    echo "| $family | ${family_total[$family]} | ${family_caught[$family]:-0} |"
+  done
+} | tee -a "$table"
 git -C "$tree" reset -q --hard
 echo
 echo "caught $caught, survived $survived, equivalent $equivalent, stale $stale (table: $table)"

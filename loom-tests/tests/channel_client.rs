@@ -9,7 +9,10 @@
 //! The tokio pools are compiled out under loom; they add nothing to these races but a clock
 //! read and the factory's await, which happen outside every protocol step modelled here.
 //!
-//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p
+//! Each model counts, with [`slotpool_loom_tests::Reach`], that it reaches the race it is named
+//! for and explores more than one execution (see the crate docs).
+//!
+//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release -p
 //! slotpool-loom-tests --test channel_client --target-dir target/loom`.
 
 use loom::future::block_on;
@@ -19,6 +22,7 @@ use loom::thread;
 use slotpool::exclusive::{CellState, Checkout, ExclusiveSlots};
 use slotpool::shared::{Joined, ShareState, SharedSlots};
 use slotpool::{Capacity, TryAcquireError};
+use slotpool_loom_tests::{model, waited};
 
 /// A one-slot exclusive table holding `value` idle (stamp 0).
 fn one_idle_client(value: u32) -> ExclusiveSlots<u32> {
@@ -35,10 +39,12 @@ fn one_idle_client(value: u32) -> ExclusiveSlots<u32> {
 /// A reap racing an acquire on one idle client: the client goes to exactly one of them. If the
 /// acquirer got it, the reaper took nothing and the client is Busy; if the reaper got it, the
 /// acquirer never sees it (it claims the emptied slot, or finds no capacity while the slot
-/// drains), and no capacity is lost.
+/// drains), and no capacity is lost. Reached: the reaper winning; the acquirer winning after the
+/// reaper had found the client idle and expired (its predicate ran), so the handshake decided;
+/// and the reaper finding the client held (or returned with a fresh stamp).
 #[test]
 fn client_reap_vs_acquire() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(one_idle_client(7));
         let acquirer = {
             let slots = Arc::clone(&slots);
@@ -56,30 +62,59 @@ fn client_reap_vs_acquire() {
                 Err(e) => panic!("unexpected {e:?}"),
             })
         };
-        let reaped = slots.reap(|stamp| stamp == 0);
+        // The reaper runs on a thread of its own too: loom then explores either party
+        // running first as freely as any interleaving of the two.
+        let reaper = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let mut considered = false;
+                let reaped = slots.reap(|stamp| {
+                    considered = true;
+                    stamp == 0
+                });
+                (reaped, considered)
+            })
+        };
         let acquired = acquirer.join().unwrap();
+        let (reaped, considered) = reaper.join().unwrap();
         match (acquired, reaped.as_slice()) {
             // The acquirer won; the reaper's CAS failed (or it saw the fresh stamp 1).
-            (Some(7), []) => assert_eq!(slots.state(0), Some(CellState::Idle)),
+            (Some(7), []) => {
+                reach.hit(if considered {
+                    "the acquirer won a client the reaper found expired"
+                } else {
+                    "the reaper found the client held or fresh"
+                });
+                assert_eq!(slots.state(0), Some(CellState::Idle));
+            }
             // The reaper won; the acquirer never had the client.
-            (None, [(7, 0)]) => assert_eq!(slots.state(0), Some(CellState::Empty)),
+            (None, [(7, 0)]) => {
+                reach.hit("the reaper won");
+                assert_eq!(slots.state(0), Some(CellState::Empty));
+            }
             other => panic!("client handed out twice or lost: {other:?}"),
         }
         // No capacity leaked: the one slot can be taken again.
         assert!(slots.try_checkout().is_ok());
     });
+    reach.explored(2).reached_all(&[
+        "the reaper found the client held or fresh",
+        "the reaper won",
+        "the acquirer won a client the reaper found expired",
+    ]);
 }
 
 /// Two callers race for a one-client pool (checkout waits on the gate): each gets the client
-/// in turn, never both at once, and the client is never lost or duplicated.
+/// in turn, never both at once, and the client is never lost or duplicated. Reached: a caller
+/// slept on the gate and was woken by the other's check-in.
 #[test]
 fn released_client_is_never_handed_to_two_callers() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(one_idle_client(7));
         let holders = Arc::new(AtomicUsize::new(0));
         let caller = |slots: Arc<ExclusiveSlots<u32>>, holders: Arc<AtomicUsize>, stamp: u64| {
-            let checkout = block_on(slots.checkout()).unwrap();
-            let Checkout::Idle { lease, value } = checkout else {
+            let (checkout, slept) = block_on(waited(slots.checkout()));
+            let Checkout::Idle { lease, value } = checkout.unwrap() else {
                 panic!("the one slot is never vacant here");
             };
             assert_eq!(value, 7);
@@ -90,39 +125,74 @@ fn released_client_is_never_handed_to_two_callers() {
             );
             holders.fetch_sub(1, Ordering::SeqCst);
             assert!(slots.check_in(lease, value, stamp));
+            slept
         };
         let other = {
             let (slots, holders) = (Arc::clone(&slots), Arc::clone(&holders));
             thread::spawn(move || caller(slots, holders, 1))
         };
-        caller(Arc::clone(&slots), Arc::clone(&holders), 2);
-        other.join().unwrap();
+        let main_slept = caller(Arc::clone(&slots), Arc::clone(&holders), 2);
+        let other_slept = other.join().unwrap();
+        reach.hit_if(
+            main_slept || other_slept,
+            "a caller slept until the check-in",
+        );
         let counts = slots.counts();
         assert_eq!(
             (counts.live, counts.idle, counts.table.in_flight),
             (1, 1, 0)
         );
     });
+    reach
+        .explored(2)
+        .reached("a caller slept until the check-in");
 }
 
-/// A reap racing the return of a client that was taken while its idle word still said
-/// `Idle(0)` (expired): the reaper may win the idle word while the client is out, but must see
-/// the holder and give the word back, or fail against the fresh stamp. It never takes the
-/// client, and the client ends idle with its new stamp.
+/// A reap racing the checkout and return of a client whose idle word says `Idle(0)` (expired):
+/// the reaper may find the client idle, and then win the idle word while the client is out,
+/// but it must see the holder and give the word back, lose to the acquirer's abort, or fail
+/// against the fresh stamp of the check-in. It never takes a client in use: the client ends
+/// idle with its new stamp. (Or the reaper takes the idle client before the checkout, which
+/// then finds the slot empty or draining.)
+///
+/// Reached: the reaper found the client idle and expired (its predicate ran on stamp 0) and
+/// the holder still got and returned it; and the reaper winning before the checkout.
 #[test]
 fn client_reap_vs_check_in() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(one_idle_client(7));
-        let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
-            panic!("the idle client is taken");
-        };
         let holder = {
             let slots = Arc::clone(&slots);
-            thread::spawn(move || assert!(slots.check_in(lease, value + 1, 5)))
+            thread::spawn(move || match slots.try_checkout() {
+                Ok(Checkout::Idle { lease, value }) => {
+                    assert!(slots.check_in(lease, value + 1, 5));
+                    true
+                }
+                Ok(Checkout::Vacant { lease }) => {
+                    slots.retire(lease);
+                    false
+                }
+                Err(TryAcquireError::NoCapacity) => false,
+                Err(e) => panic!("unexpected {e:?}"),
+            })
         };
-        let reaped = slots.reap(|stamp| stamp == 0);
-        holder.join().unwrap();
+        let mut considered = Vec::new();
+        let reaped = slots.reap(|stamp| {
+            considered.push(stamp);
+            stamp == 0
+        });
+        let held = holder.join().unwrap();
+        if !held {
+            // The reaper took the idle client before the checkout.
+            assert_eq!(reaped.as_slice(), [(7, 0)]);
+            reach.hit("the reaper won before the checkout");
+            return;
+        }
         assert!(reaped.is_empty(), "reaped a client in use: {reaped:?}");
+        reach.hit_if(
+            considered.contains(&0),
+            "the reaper found the client expired, then lost it to the holder",
+        );
         assert_eq!(slots.state(0), Some(CellState::Idle));
         let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
             panic!("the returned client is idle");
@@ -132,14 +202,18 @@ fn client_reap_vs_check_in() {
         // Now expired by the predicate: the next pass takes it.
         assert_eq!(slots.reap(|stamp| stamp == 6).len(), 1);
     });
+    reach.explored(2).reached_all(&[
+        "the reaper found the client expired, then lost it to the holder",
+        "the reaper won before the checkout",
+    ]);
 }
 
 /// `close` racing a check-in: the returned value never stays stranded in the closed table.
 /// Either close's pass takes it, or the check-in reports the close and the caller's closing
-/// pass takes it.
+/// pass takes it. Reached: both passes take it in some execution.
 #[test]
 fn close_vs_check_in_strands_nothing() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(one_idle_client(7));
         let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
             panic!("the idle client is taken");
@@ -162,16 +236,26 @@ fn close_vs_check_in_strands_nothing() {
             1,
             "the client was lost or reaped twice"
         );
+        reach.hit(if by_close == 1 {
+            "close's pass took it"
+        } else {
+            "the holder's closing pass took it"
+        });
         assert_eq!(slots.counts().live, 0);
     });
+    reach
+        .explored(2)
+        .reached_all(&["close's pass took it", "the holder's closing pass took it"]);
 }
 
 /// A reap racing a join on one idle channel: a joiner that registers keeps the channel (the
 /// reaper's CAS fails); if the reaper wins, the joiner never gets the reaped channel (it opens
-/// a new one in the emptied slot or the next).
+/// a new one in the emptied slot or the next). Reached: the reaper winning; the joiner keeping
+/// a channel the reaper had found idle and expired (they raced on the share word); and the
+/// reaper finding the channel already held.
 #[test]
 fn channel_reap_vs_join() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(SharedSlots::<u32>::new(2).unwrap());
         let Joined::Vacant(lease) = slots.join() else {
             panic!("an empty table claims");
@@ -191,12 +275,34 @@ fn channel_reap_vs_join() {
                 (got, index, share)
             })
         };
-        let reaped = slots.reap(|stamp| stamp == 0);
+        // The reaper runs on a thread of its own too: loom then explores either party
+        // running first as freely as any interleaving of the two.
+        let reaper = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let mut considered = false;
+                let reaped = slots.reap(|stamp| {
+                    considered = true;
+                    stamp == 0
+                });
+                let reaped: Vec<(usize, u32)> =
+                    reaped.iter().map(|(i, inc)| (*i, *inc.value())).collect();
+                (reaped, considered)
+            })
+        };
         let (got, index, share) = joiner.join().unwrap();
-        let reaped: Vec<(usize, u32)> = reaped.iter().map(|(i, inc)| (*i, *inc.value())).collect();
+        let (reaped, considered) = reaper.join().unwrap();
         match (got, reaped.as_slice()) {
-            (7, []) => {}
-            (8, [(0, 7)]) => {}
+            (7, []) => {
+                reach.hit(if considered {
+                    "the joiner kept a channel the reaper found expired"
+                } else {
+                    "the reaper found the channel held"
+                });
+            }
+            (8, [(0, 7)]) => {
+                reach.hit("the reaper won, the joiner opened another");
+            }
             other => panic!("a reaped channel was handed out, or one was lost: {other:?}"),
         }
         assert_eq!(
@@ -210,27 +316,41 @@ fn channel_reap_vs_join() {
         assert_eq!(slots.reap(|stamp| stamp >= 5).len(), 1);
         assert_eq!(slots.counts().open, 0);
     });
+    reach.explored(2).reached_all(&[
+        "the reaper found the channel held",
+        "the reaper won, the joiner opened another",
+        "the joiner kept a channel the reaper found expired",
+    ]);
 }
 
 /// Two joiners on an empty table with room for two: one claims and opens the channel, the
 /// other joins the Starting slot and waits for the publication; both share one channel.
+/// Reached: the joiner had reserved its unit on the claimed slot before the claimer published
+/// the channel (the claimer sees both units taken before it opens), so it had to wait.
 #[test]
 fn channel_join_waits_for_the_claimers_publication() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(SharedSlots::<u32>::new(2).unwrap());
         let get = |slots: &SharedSlots<u32>| match slots.join() {
-            Joined::Shared(share) => share,
-            Joined::Vacant(lease) => slots.open(lease, 7),
+            Joined::Shared(share) => (share, false),
+            Joined::Vacant(lease) => {
+                let early = slots.counts().table.in_flight == 2;
+                (slots.open(lease, 7), early)
+            }
         };
         let other = {
             let slots = Arc::clone(&slots);
             thread::spawn(move || {
-                let share = get(&slots);
-                (share.index(), *share.value(), share)
+                let (share, early) = get(&slots);
+                (share.index(), *share.value(), share, early)
             })
         };
-        let mine = get(&slots);
-        let (index, value, theirs) = other.join().unwrap();
+        let (mine, main_saw_early) = get(&slots);
+        let (index, value, theirs, other_saw_early) = other.join().unwrap();
+        reach.hit_if(
+            main_saw_early || other_saw_early,
+            "the joiner reserved before the publication",
+        );
         assert_eq!(
             (*mine.value(), value),
             (7, 7),
@@ -250,4 +370,7 @@ fn channel_join_waits_for_the_claimers_publication() {
         assert_eq!(slots.counts().holders, 0);
         assert_eq!(slots.counts().table.in_flight, 0);
     });
+    reach
+        .explored(2)
+        .reached("the joiner reserved before the publication");
 }

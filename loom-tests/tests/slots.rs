@@ -1,8 +1,11 @@
 //! Loom models of the slot table: the slot-word CAS protocol, the bitmap hints and their
 //! interplay with the gate.
 //!
-//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p
-//! slotpool-loom-tests --target-dir target/loom`.
+//! Each model counts, with [`slotpool_loom_tests::Reach`], that it reaches the race it is named
+//! for and explores more than one execution (see the crate docs).
+//!
+//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release -p
+//! slotpool-loom-tests --test slots --target-dir target/loom`.
 #![cfg(slotpool_loom)]
 
 use loom::future::block_on;
@@ -10,6 +13,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slotpool::slots::{Capacity, Phase, SlotTable};
 use slotpool::TryAcquireError;
+use slotpool_loom_tests::{model, waited};
 
 /// A table whose slots are all Ready and full; returns their reservations.
 fn full_table(slots: usize, max_load: u32) -> (SlotTable, Vec<slotpool::Reservation>) {
@@ -45,33 +49,46 @@ fn assert_all_capacity_visible(table: &SlotTable, slots: usize, max_load: u32) {
 }
 
 /// Reserve racing release on a full slot: the waiting reserver gets the released unit (never
-/// sleeps while it is free), and the load never exceeds the cap.
+/// sleeps while it is free), and the load never exceeds the cap. Reached: the reserver slept
+/// and was woken by the release (handed the unit), and the release came first.
 #[test]
 fn reserve_vs_release() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let (table, mut held) = full_table(1, 1);
         let table = Arc::new(table);
         let r = held.pop().unwrap();
         let waiter = {
             let table = Arc::clone(&table);
             thread::spawn(move || {
-                let got = block_on(table.reserve()).unwrap();
+                let (got, slept) = block_on(waited(table.reserve()));
+                let got = got.unwrap();
                 assert!(!got.claimed());
                 assert!(table.release(got));
+                slept
             })
         };
         assert!(table.release(r));
-        waiter.join().unwrap();
+        let slept = waiter.join().unwrap();
+        reach.hit(if slept {
+            "the reserver slept and the release woke it"
+        } else {
+            "the release came first"
+        });
         assert_eq!(table.stats().in_flight, 0);
         assert_all_capacity_visible(&table, 1, 1);
     });
+    reach.explored(2).reached_all(&[
+        "the reserver slept and the release woke it",
+        "the release came first",
+    ]);
 }
 
 /// Claim racing join on one Empty slot of depth 2: exactly one caller claims (and so starts
-/// the resource); the other joins the Starting slot; load is 2.
+/// the resource); the other joins the Starting slot; load is 2. Reached: each thread claims in
+/// some execution.
 #[test]
 fn claim_vs_join() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 2).unwrap());
         let other = {
             let table = Arc::clone(&table);
@@ -81,11 +98,20 @@ fn claim_vs_join() {
         let theirs = other.join().unwrap();
         assert_eq!(mine.index(), theirs.index());
         assert!(mine.claimed() ^ theirs.claimed(), "exactly one claim");
+        reach.hit(if mine.claimed() {
+            "main claimed, the other joined"
+        } else {
+            "the other claimed, main joined"
+        });
         let word = table.word(0).unwrap();
         assert_eq!(word.phase(), Phase::Starting);
         assert_eq!(word.load(), 2);
         assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
     });
+    reach.explored(2).reached_all(&[
+        "main claimed, the other joined",
+        "the other claimed, main joined",
+    ]);
 }
 
 /// Two reservers on a two-slot table of depth 2: whatever the interleaving, both land on slot
@@ -93,16 +119,23 @@ fn claim_vs_join() {
 /// (it lost the claiming CAS, or it read the vacancy bitmap after the claimer cleared its bit
 /// but the room bitmap before the claimer set it) joins the new resource instead of starting
 /// a second one: concurrent callers fill a starting resource before opening another.
+/// Reached: the joiner saw slot 0 Empty just before its reservation and still joined, so the
+/// claim happened while it reserved (it crossed the claim), with either thread as the claimer.
 #[test]
 fn crossing_a_claim_joins_it() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 2).unwrap());
+        let reserve = |table: &SlotTable| {
+            let before = table.word(0).unwrap().phase();
+            let r = table.try_reserve().unwrap();
+            (r, !r.claimed() && before == Phase::Empty)
+        };
         let other = {
             let table = Arc::clone(&table);
-            thread::spawn(move || table.try_reserve().unwrap())
+            thread::spawn(move || reserve(&table))
         };
-        let mine = table.try_reserve().unwrap();
-        let theirs = other.join().unwrap();
+        let (mine, main_crossed) = reserve(&table);
+        let (theirs, other_crossed) = other.join().unwrap();
         assert_eq!(
             (mine.index(), theirs.index()),
             (0, 0),
@@ -110,14 +143,20 @@ fn crossing_a_claim_joins_it() {
         );
         assert!(mine.claimed() ^ theirs.claimed(), "exactly one claim");
         assert_eq!(table.word(1).unwrap().phase(), Phase::Empty);
+        reach.hit_if(main_crossed, "main crossed the other's claim");
+        reach.hit_if(other_crossed, "the other crossed main's claim");
     });
+    reach.explored(2).reached_all(&[
+        "main crossed the other's claim",
+        "the other crossed main's claim",
+    ]);
 }
 
 /// Concurrent spin-ups on a two-slot table of depth 1 claim two different slots and never a
-/// third.
+/// third. Reached: each thread gets slot 0 in some execution.
 #[test]
 fn concurrent_claims_never_overshoot() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 1).unwrap());
         let other = {
             let table = Arc::clone(&table);
@@ -128,16 +167,24 @@ fn concurrent_claims_never_overshoot() {
         assert!(mine.claimed() && theirs.claimed());
         assert_ne!(mine.index(), theirs.index());
         assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+        reach.hit(if mine.index() == 0 {
+            "main claimed slot 0"
+        } else {
+            "the other claimed slot 0"
+        });
     });
+    reach
+        .explored(2)
+        .reached_all(&["main claimed slot 0", "the other claimed slot 0"]);
 }
 
 /// Retire (the reaper) racing a reservation on an idle Ready slot: either the reservation
 /// wins and the slot stays (the reaper's CAS fails), or the reaper retires it and the
 /// reservation claims the next generation. A release carrying the old generation afterwards
-/// changes nothing.
+/// changes nothing. Reached: both winners, and the stale release refused.
 #[test]
 fn retire_vs_reserve_with_stale_release() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 1).unwrap());
         let first = table.try_reserve().unwrap();
         assert!(table.mark_ready(first.index(), first.generation()));
@@ -154,11 +201,13 @@ fn retire_vs_reserve_with_stale_release() {
         let word = table.word(0).unwrap();
         if retired.is_empty() {
             // The reservation won: same incarnation, Ready, load 1.
+            reach.hit("the reservation won");
             assert!(!got.claimed());
             assert_eq!(got.generation(), first.generation());
             assert_eq!((word.phase(), word.load()), (Phase::Ready, 1));
         } else {
             // The reaper won: the reservation claimed the next incarnation.
+            reach.hit("the reaper won");
             assert_eq!(retired[0].generation, first.generation());
             assert!(got.claimed());
             assert_eq!(got.generation(), first.generation().next());
@@ -169,13 +218,17 @@ fn retire_vs_reserve_with_stale_release() {
         }
         assert!(table.release(got));
     });
+    reach
+        .explored(2)
+        .reached_all(&["the reservation won", "the reaper won"]);
 }
 
 /// Growth racing reservation on a full unbounded table: both reservers get distinct new
-/// slots, the table grows by exactly one segment, and no live slot moved.
+/// slots, the table grows by exactly one segment, and no live slot moved. Reached: each thread
+/// gets the first new slot in some execution.
 #[test]
 fn growth_vs_reserve() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Unbounded, 1).unwrap());
         let first = table.stats().slots;
         let mut held = Vec::new();
@@ -199,15 +252,26 @@ fn growth_vs_reserve() {
         for r in &held {
             assert!(table.is_current(r));
         }
+        reach.hit(if mine.index() == first {
+            "main took the first new slot"
+        } else {
+            "the other took the first new slot"
+        });
         assert!(table.release(mine) && table.release(theirs));
     });
+    reach.explored(2).reached_all(&[
+        "main took the first new slot",
+        "the other took the first new slot",
+    ]);
 }
 
 /// The room hint is cleared by a reservation that fills a slot while a release from full
 /// races it (clear-then-recheck): afterwards all free capacity is visible to a reserver.
+/// Reached: the reservation filled the slot before the release (it sees load 2 right after),
+/// so it cleared the room bit while the release was about to set it.
 #[test]
 fn fill_vs_release_keeps_the_hint_honest() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let (table, mut held) = full_table(1, 2);
         let table = Arc::new(table);
         // One unit free, one held: the racing reserve fills the slot again.
@@ -216,22 +280,35 @@ fn fill_vs_release_keeps_the_hint_honest() {
         let keep = held.pop().unwrap();
         let reserver = {
             let table = Arc::clone(&table);
-            thread::spawn(move || table.try_reserve().unwrap())
+            thread::spawn(move || {
+                let got = table.try_reserve().unwrap();
+                (got, table.word(0).unwrap().load() == 2)
+            })
         };
         assert!(table.release(keep));
-        let got = reserver.join().unwrap();
+        let (got, filled) = reserver.join().unwrap();
+        reach.hit(if filled {
+            "the reservation filled the slot first"
+        } else {
+            "the release came first"
+        });
         assert_eq!(table.stats().in_flight, 1);
         assert_all_capacity_visible(&table, 1, 2);
         assert!(table.release(got));
     });
+    reach.explored(2).reached_all(&[
+        "the reservation filled the slot first",
+        "the release came first",
+    ]);
 }
 
 /// A waiter on a full two-slot table while one slot is released and another caller races
 /// for it: the waiter is never left asleep while a unit is free (loom would report the
-/// deadlock), and nothing is lost or doubled.
+/// deadlock), and nothing is lost or doubled. Reached: the waiter slept, and the racer took
+/// the freed unit in some execution and found none in another.
 #[test]
 fn waiter_never_sleeps_while_capacity_exists() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let (table, mut held) = full_table(2, 1);
         let table = Arc::new(table);
         let r1 = held.pop().unwrap();
@@ -239,33 +316,51 @@ fn waiter_never_sleeps_while_capacity_exists() {
         let waiter = {
             let table = Arc::clone(&table);
             thread::spawn(move || {
-                let got = block_on(table.reserve()).unwrap();
-                assert!(table.release(got));
+                let (got, slept) = block_on(waited(table.reserve()));
+                assert!(table.release(got.unwrap()));
+                slept
             })
         };
         let racer = {
             let table = Arc::clone(&table);
             thread::spawn(move || {
                 assert!(table.release(r0));
-                if let Ok(got) = table.try_reserve() {
-                    assert!(table.release(got));
+                match table.try_reserve() {
+                    Ok(got) => {
+                        assert!(table.release(got));
+                        true
+                    }
+                    Err(_) => false,
                 }
             })
         };
-        racer.join().unwrap();
-        waiter.join().unwrap();
+        let raced = racer.join().unwrap();
+        let slept = waiter.join().unwrap();
+        reach.hit_if(slept, "the waiter slept");
+        reach.hit(if raced {
+            "the racer took a unit"
+        } else {
+            "the racer found none"
+        });
         assert!(table.release(r1));
         assert_eq!(table.stats().in_flight, 0);
         assert_all_capacity_visible(&table, 2, 1);
     });
+    reach.explored(2).reached_all(&[
+        "the waiter slept",
+        "the racer took a unit",
+        "the racer found none",
+    ]);
 }
 
 /// A Starting slot that fails (drain) while a caller joins it: the joiner either got in
 /// before the drain (and its release empties the slot) or found no room and claimed nothing
 /// twice; the slot always ends Empty with the next generation once all load is released.
+/// Reached: all three (joined before the drain, no room while draining, claimed the emptied
+/// slot).
 #[test]
 fn drain_vs_join() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 2).unwrap());
         let claim = table.try_reserve().unwrap();
         assert!(claim.claimed());
@@ -282,18 +377,28 @@ fn drain_vs_join() {
             Ok(joined) => {
                 if joined.claimed() {
                     // The slot drained and emptied first; the joiner started a new incarnation.
+                    reach.hit("claimed the emptied slot");
                     assert_eq!(joined.generation(), claim.generation().next());
                 } else {
+                    reach.hit("joined before the drain");
                     assert_eq!(joined.generation(), claim.generation());
                 }
                 assert!(table.release(joined));
             }
-            Err(e) => assert_eq!(e, TryAcquireError::NoCapacity),
+            Err(e) => {
+                reach.hit("no room while draining");
+                assert_eq!(e, TryAcquireError::NoCapacity);
+            }
         }
         let word = table.word(0).unwrap();
         assert_eq!(word.load(), 0);
         assert!(matches!(word.phase(), Phase::Empty | Phase::Starting));
     });
+    reach.explored(3).reached_all(&[
+        "claimed the emptied slot",
+        "joined before the drain",
+        "no room while draining",
+    ]);
 }
 
 /// A three-slot bounded table starts with its first segment (two slots under loom) and grows

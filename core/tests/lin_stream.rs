@@ -1,0 +1,536 @@
+//! Linearizability of `StreamPool`: histories recorded from real multi-threaded runs (tasks on
+//! a multi-threaded runtime acquiring, trying, sending, dropping unsent guards, killing
+//! streams, while a reaper task moves a mock clock and reaps) are checked against the slot
+//! table's sequential model, the one the `slots_ops` fuzz target compares the table with
+//! (`fuzz/src/slots_model.rs`): streams fill lowest index first to their queue depth, then the
+//! lowest Empty slot is claimed, never more than `max_streams`; a failed stream drains and
+//! empties when its last request ends; a reaper pass retires a stream idle since the pass
+//! before. The checker is `lin/mod.rs` (Wing and Gong's search).
+//!
+//! What each recorded operation means to the model:
+//!
+//! * `acquire().await` and `try_acquire()`: one unit where the model says (its stream index),
+//!   or, for a try, no capacity;
+//! * a send, answered or failed: its unit goes back (the driver releases it before it replies);
+//!   dropping a guard unsent: the same;
+//! * a kill (a request the in-process peer answers by failing the stream): the stream drains,
+//!   and the killer's unit goes back;
+//! * a reap at the mock clock's time: the number of streams retired.
+//!
+//! A stream's driver marks it ready after it connects, an internal step no operation returns;
+//! the model lets any starting stream have become ready before a reap (the only operation
+//! whose result depends on it). Waits cancelled midway are not part of these histories (a
+//! waiter handed a unit and then dropped holds it for a moment no operation shows); the stress
+//! tests and the shuttle tests cover them.
+
+#[allow(dead_code)]
+#[path = "../../fuzz/src/bytes.rs"]
+mod bytes;
+mod lin;
+#[allow(dead_code)]
+#[path = "../../fuzz/src/slots_model.rs"]
+mod slots_model;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use slotpool::slots::Phase;
+use slotpool::stream::{
+    Connector, Outbound, RequestError, StreamGuard, StreamPool, StreamRequest, StreamResponse,
+};
+use slotpool::{Reach, TryAcquireError};
+use tokio::sync::mpsc;
+
+use lin::{check, Event, Recorder, Spec};
+use slots_model::Model;
+
+// ---------------------------------------------------------------------------------------------
+// The sequential specification
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire,
+    TryAcquire,
+    /// A send (answered or failed) or an unsent guard dropped, on this stream.
+    Release(usize),
+    /// The stream was failed by a request its peer answered with an error.
+    Kill(usize),
+    Reap {
+        now: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ret {
+    Stream(usize),
+    NoCapacity,
+    Done,
+    Reaped(usize),
+}
+
+/// The stream pool as the slot-table model sees it, with its idle timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Pool {
+    model: Model,
+    timeout: u64,
+}
+
+impl Spec for Pool {
+    type Op = Op;
+    type Ret = Ret;
+
+    fn apply(&self, op: &Op, ret: &Ret) -> Vec<Self> {
+        let mut next = self.clone();
+        match (op, ret) {
+            (Op::Acquire | Op::TryAcquire, Ret::Stream(index)) => match next.model.reserve() {
+                Some((at, _claimed, _)) if at == *index => vec![next],
+                _ => vec![],
+            },
+            (Op::TryAcquire, Ret::NoCapacity) => {
+                if next.model.next().is_none() {
+                    vec![next]
+                } else {
+                    vec![]
+                }
+            }
+            (Op::Release(index), Ret::Done) => {
+                let generation = next.model.slots[*index].generation;
+                if next.model.release(*index, generation) {
+                    vec![next]
+                } else {
+                    vec![]
+                }
+            }
+            (Op::Kill(index), Ret::Done) => {
+                let generation = next.model.slots[*index].generation;
+                match next.model.drain(*index, generation) {
+                    Some(_) => vec![next],
+                    None => vec![],
+                }
+            }
+            (Op::Reap { now }, Ret::Reaped(count)) => {
+                // Any starting stream may have connected (and been marked ready) by now.
+                let starting: Vec<usize> = (0..next.model.slots.len())
+                    .filter(|&i| next.model.slots[i].phase == Phase::Starting)
+                    .collect();
+                let mut states = Vec::new();
+                for subset in 0..1u32 << starting.len() {
+                    let mut candidate = next.clone();
+                    for (bit, &i) in starting.iter().enumerate() {
+                        if subset & (1 << bit) != 0 {
+                            candidate.model.slots[i].phase = Phase::Ready;
+                        }
+                    }
+                    if candidate.model.reap(*now, candidate.timeout).len() == *count
+                        && !states.contains(&candidate)
+                    {
+                        states.push(candidate);
+                    }
+                }
+                states
+            }
+            _ => vec![],
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// An in-process peer: echoes every request, and fails the stream on a kill request
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Req {
+    id: Option<u64>,
+    kill: bool,
+}
+
+impl StreamRequest for Req {
+    fn request_id(&self) -> Option<u64> {
+        self.id
+    }
+    fn set_request_id(&mut self, id: u64) {
+        self.id = Some(id);
+    }
+}
+
+#[derive(Debug)]
+struct Resp(u64);
+
+impl StreamResponse for Resp {
+    fn request_id(&self) -> u64 {
+        self.0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the peer failed the stream")]
+struct Killed;
+
+struct Inbound(mpsc::UnboundedReceiver<Result<Resp, Killed>>);
+
+impl Stream for Inbound {
+    type Item = Result<Resp, Killed>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+struct Peer;
+
+impl Connector for Peer {
+    type Request = Req;
+    type Response = Resp;
+    type Error = Killed;
+    type Inbound = Inbound;
+
+    async fn connect(&self, mut outbound: Outbound<Req>) -> Result<Inbound, Killed> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(req) =
+                std::future::poll_fn(|cx| Pin::new(&mut outbound).poll_next(cx)).await
+            {
+                let answer = if req.kill {
+                    Err(Killed)
+                } else {
+                    Ok(Resp(req.id.unwrap_or(u64::MAX)))
+                };
+                if tx.send(answer).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Inbound(rx))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recording a history
+// ---------------------------------------------------------------------------------------------
+
+const MAX_STREAMS: usize = 3;
+const DEPTH: usize = 2;
+const IDLE: Duration = Duration::from_millis(1);
+
+struct Run {
+    pool: StreamPool<Peer>,
+    time: Arc<quanta::Mock>,
+    base: quanta::Instant,
+    clock: quanta::Clock,
+    recorder: Recorder,
+    /// One kill in flight at a time, so each kill fails the incarnation its killer holds.
+    killing: AtomicBool,
+}
+
+type Log = Vec<Event<Pool>>;
+
+impl Run {
+    fn record<T>(&self, log: &mut Log, thread: usize, op: Op, f: impl FnOnce() -> (T, Ret)) -> T {
+        let call = self.recorder.stamp();
+        let (value, ret) = f();
+        let done = self.recorder.stamp();
+        log.push(Event {
+            thread,
+            op,
+            ret,
+            call,
+            done,
+        });
+        value
+    }
+
+    /// Sends on `guard` (a kill if asked and no other kill is in flight) and records the
+    /// release (and the drain) it stands for.
+    async fn send(&self, log: &mut Log, thread: usize, guard: StreamGuard<'_, Peer>, kill: bool) {
+        let index = guard.stream_index().expect("a fresh guard");
+        let kill = kill
+            && self
+                .killing
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+        let call = self.recorder.stamp();
+        let result = guard.send(Req { id: None, kill }).await;
+        let done = self.recorder.stamp();
+        if kill {
+            self.killing.store(false, Ordering::SeqCst);
+        }
+        // A kill that reached the peer failed the stream under it: it was in flight when the
+        // stream ended (as were the other requests on it, which fail the same way). One sent
+        // on a guard whose stream had failed already was refused, as not sent, and fails
+        // nothing.
+        let failed_it = matches!(
+            &result,
+            Err(RequestError::StreamEnded {
+                reach: Reach::MaybeApplied,
+                source: Some(_),
+            })
+        );
+        if kill && failed_it {
+            log.push(Event {
+                thread,
+                op: Op::Kill(index),
+                ret: Ret::Done,
+                call,
+                done,
+            });
+        }
+        log.push(Event {
+            thread,
+            op: Op::Release(index),
+            ret: Ret::Done,
+            call,
+            done,
+        });
+    }
+}
+
+async fn worker(run: Arc<Run>, thread: usize, seed: u64, ops: usize) -> Log {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut log = Vec::new();
+    let mut held: Option<StreamGuard<'_, Peer>> = None;
+    for _ in 0..ops {
+        match held.take() {
+            None => {
+                // Wait only with nothing in hand, so the waits always end.
+                let guard = if rng.random_bool(0.5) {
+                    let call = run.recorder.stamp();
+                    let guard = run.pool.acquire().await.expect("pool open");
+                    let done = run.recorder.stamp();
+                    log.push(Event {
+                        thread,
+                        op: Op::Acquire,
+                        ret: Ret::Stream(guard.stream_index().expect("a fresh guard")),
+                        call,
+                        done,
+                    });
+                    Some(guard)
+                } else {
+                    try_acquire(&run, &mut log, thread)
+                };
+                held = guard;
+            }
+            Some(guard) => match rng.random_range(0..10) {
+                0..=4 => run.send(&mut log, thread, guard, false).await,
+                5 => run.send(&mut log, thread, guard, true).await,
+                6..=7 => {
+                    let index = guard.stream_index().expect("a fresh guard");
+                    run.record(&mut log, thread, Op::Release(index), || {
+                        drop(guard);
+                        ((), Ret::Done)
+                    });
+                }
+                _ => {
+                    // A second unit while holding one (without waiting), then both go back.
+                    let second = try_acquire(&run, &mut log, thread);
+                    run.send(&mut log, thread, guard, false).await;
+                    if let Some(second) = second {
+                        run.send(&mut log, thread, second, false).await;
+                    }
+                }
+            },
+        }
+        tokio::task::yield_now().await;
+    }
+    if let Some(guard) = held {
+        run.send(&mut log, thread, guard, false).await;
+    }
+    log
+}
+
+fn try_acquire<'a>(run: &'a Run, log: &mut Log, thread: usize) -> Option<StreamGuard<'a, Peer>> {
+    run.record(log, thread, Op::TryAcquire, || {
+        match run.pool.try_acquire() {
+            Ok(guard) => {
+                let index = guard.stream_index().expect("a fresh guard");
+                (Some(guard), Ret::Stream(index))
+            }
+            Err(TryAcquireError::NoCapacity) => (None, Ret::NoCapacity),
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    })
+}
+
+/// Advances the mock clock by the idle timeout and reaps, `passes` times.
+async fn reaper(run: Arc<Run>, thread: usize, passes: usize) -> Log {
+    let mut log = Vec::new();
+    for _ in 0..passes {
+        run.time.increment(IDLE);
+        let now = run.clock.now();
+        let nanos = u64::try_from(now.duration_since(run.base).as_nanos()).expect("fits");
+        run.record(&mut log, thread, Op::Reap { now: nanos }, || {
+            ((), Ret::Reaped(run.pool.reap(now)))
+        });
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+    log
+}
+
+/// One recorded run: `tasks` workers of `ops` operations each and a reaper, on a fresh pool.
+async fn record_history(seed: u64, tasks: usize, ops: usize) -> Log {
+    let (clock, time) = quanta::Clock::mock();
+    let base = clock.now();
+    let pool = StreamPool::builder(Peer)
+        .max_streams(MAX_STREAMS)
+        .max_queue_depth(DEPTH)
+        .idle_timeout(IDLE)
+        .reap_interval(None)
+        .clock(clock.clone())
+        .build()
+        .expect("valid configuration");
+    let run = Arc::new(Run {
+        pool,
+        time,
+        base,
+        clock,
+        recorder: Recorder::default(),
+        killing: AtomicBool::new(false),
+    });
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let run = Arc::clone(&run);
+        handles.push(tokio::spawn(worker(run, t, seed * 100 + t as u64, ops)));
+    }
+    handles.push(tokio::spawn(reaper(Arc::clone(&run), tasks, ops / 2)));
+    let mut history = Vec::new();
+    for handle in handles {
+        history.extend(handle.await.expect("a task panicked"));
+    }
+    let stats = run.pool.stats();
+    assert_eq!(
+        (stats.table.in_flight, stats.table.waiting),
+        (0, 0),
+        "{stats:?}"
+    );
+    history
+}
+
+fn initial() -> Pool {
+    Pool {
+        model: Model::new(MAX_STREAMS, DEPTH as u32, false),
+        timeout: u64::try_from(IDLE.as_nanos()).expect("fits"),
+    }
+}
+
+/// Real multi-threaded runs of a pool of three streams of depth two, six tasks and a reaper
+/// each: every recorded history is linearizable with respect to the slot-table model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_pool_histories_are_linearizable() {
+    const RUNS: u64 = 60;
+    const TASKS: usize = 6;
+    const OPS: usize = 80;
+    let mut events = 0;
+    let mut configurations = 0;
+    let mut kills = 0;
+    let mut reaped = 0;
+    let mut overlapping = 0;
+    for seed in 0..RUNS {
+        let history = record_history(seed, TASKS, OPS).await;
+        overlapping += concurrent(&history);
+        kills += history
+            .iter()
+            .filter(|e| matches!(e.op, Op::Kill(_)))
+            .count();
+        reaped += history
+            .iter()
+            .map(|e| match e.ret {
+                Ret::Reaped(n) => n,
+                _ => 0,
+            })
+            .sum::<usize>();
+        match check(initial(), &history, 2_000_000) {
+            Ok(searched) => {
+                events += searched.events;
+                configurations += searched.configurations;
+            }
+            Err(violation) => panic!(
+                "run {seed}: not linearizable. Linearized {} of {} events, ending in {:?}; \
+                 none of these fits next: {:#?}",
+                violation.longest.len(),
+                history.len(),
+                violation.state,
+                violation.stuck_on
+            ),
+        }
+    }
+    eprintln!(
+        "{RUNS} histories, {events} events ({overlapping} concurrent with another), \
+         {configurations} configurations searched, {kills} kills, {reaped} streams reaped"
+    );
+    assert!(kills > 0, "no stream was killed");
+    assert!(reaped > 0, "no stream was reaped");
+    assert!(
+        overlapping > events / 10,
+        "too few concurrent operations to check anything: {overlapping} of {events}"
+    );
+}
+
+/// How many events overlap at least one other in real time.
+fn concurrent(history: &[Event<Pool>]) -> usize {
+    let mut events: Vec<&Event<Pool>> = history.iter().collect();
+    events.sort_by_key(|e| e.call);
+    let mut overlapping = vec![false; events.len()];
+    let mut open: Vec<usize> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        open.retain(|&j| events[j].done > e.call);
+        if !open.is_empty() {
+            overlapping[i] = true;
+            for &j in &open {
+                overlapping[j] = true;
+            }
+        }
+        open.push(i);
+    }
+    overlapping.into_iter().filter(|o| *o).count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker can fail
+// ---------------------------------------------------------------------------------------------
+
+/// A history the model cannot explain is reported: two tries that overlap nothing, the
+/// second claiming stream 1 while stream 0 still has room.
+#[test]
+fn the_checker_rejects_a_second_stream_opened_early() {
+    let event = |op, ret, call, done| Event::<Pool> {
+        thread: 0,
+        op,
+        ret,
+        call,
+        done,
+    };
+    let fine = [
+        event(Op::TryAcquire, Ret::Stream(0), 0, 1),
+        event(Op::TryAcquire, Ret::Stream(0), 2, 3),
+        event(Op::TryAcquire, Ret::Stream(1), 4, 5),
+    ];
+    assert!(check(initial(), &fine, 1000).is_ok());
+    let early = [
+        event(Op::TryAcquire, Ret::Stream(0), 0, 1),
+        event(Op::TryAcquire, Ret::Stream(1), 2, 3),
+    ];
+    assert!(check(initial(), &early, 1000).is_err());
+    // Overlapping, the same results are explained by either order only if one fits: the
+    // second stream still cannot open before the first is full.
+    let overlapping = [
+        event(Op::TryAcquire, Ret::Stream(1), 0, 3),
+        event(Op::TryAcquire, Ret::Stream(0), 1, 2),
+    ];
+    assert!(check(initial(), &overlapping, 1000).is_err());
+    // A release that overlaps a try lets the try see capacity or not.
+    let racing = [
+        event(Op::TryAcquire, Ret::Stream(0), 0, 1),
+        event(Op::TryAcquire, Ret::Stream(0), 2, 3),
+        event(Op::TryAcquire, Ret::Stream(1), 4, 5),
+        event(Op::Release(1), Ret::Done, 6, 9),
+        event(Op::TryAcquire, Ret::Stream(1), 7, 8),
+    ];
+    assert!(check(initial(), &racing, 1000).is_ok());
+}
