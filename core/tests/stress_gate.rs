@@ -50,8 +50,8 @@ impl Units {
     }
 
     async fn wait(&self) -> Result<(), Closed> {
-        let mut waiter = self.gate.waiter();
-        poll_fn(|cx| waiter.poll_until(cx, || self.take())).await
+        let mut waiter = pin!(self.gate.waiter());
+        poll_fn(|cx| waiter.as_mut().poll_until(cx, || self.take())).await
     }
 }
 
@@ -77,8 +77,9 @@ async fn worker(units: Arc<Units>, occupancy: Arc<Occupancy>, seed: u64, rounds:
             7..=8 => {
                 // Queue, let others run (a notification may arrive), then give up: a wake-up
                 // received and not used passes to the next waiter.
-                let mut waiter = units.gate.waiter();
-                let polled = poll_fn(|cx| Poll::Ready(waiter.poll_until(cx, || units.take())));
+                let mut waiter = Box::pin(units.gate.waiter());
+                let polled =
+                    poll_fn(|cx| Poll::Ready(waiter.as_mut().poll_until(cx, || units.take())));
                 match pin!(polled).await {
                     Poll::Ready(taken) => {
                         taken.expect("gate not closed");
