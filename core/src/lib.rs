@@ -60,3 +60,10 @@ pub use error::{AcquireError, Closed, ConfigError, Reach, TryAcquireError};
 pub use gate::{Gate, WaitState, Waiter};
 pub use limit::{Limit, OwnedPermit, Permit};
 pub use slots::{Capacity, Phase, Reservation, SlotTable};
+
+// What the pools' public signatures use, so no user needs a matching version of their crates:
+// the clock the pools measure time with (`Clock::mock()` and its `Mock` for tests), and the
+// parts of every `stats()` snapshot.
+pub use breaker::BreakerState;
+pub use quanta::{Clock, Instant, Mock};
+pub use slots::TableStats;

@@ -36,6 +36,14 @@ async fn stream_pool_stats_become_gauges_and_counters() {
         1
     );
     assert_eq!(
+        capture.counter("slotpool_stream_completed_total{pool=pages}"),
+        3
+    );
+    assert_eq!(
+        capture.counter("slotpool_stream_panics_total{pool=pages}"),
+        0
+    );
+    assert_eq!(
         capture.counter("slotpool_stream_stream_failures_total{pool=pages}"),
         0
     );

@@ -5,12 +5,13 @@
 mod common;
 
 use std::pin::pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use common::stream::{assert_echoed, round_trip, Req, Resp, Script};
-use common::{build_error, join_all, poll_once, settle, MockTime, ReapByHand};
+use common::{build_error, join_all, poll_once, settle, settle_until, MockTime, ReapByHand};
 use slotpool::breaker::BreakerState;
 use slotpool::stream::RequestError;
 use slotpool::{AcquireError, ConfigError, Reach, TryAcquireError};
@@ -368,31 +369,125 @@ fn building_outside_a_runtime_is_a_typed_error() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_tasks_never_overshoot_and_account_exactly() {
-    let (script, _) = Script::echo();
-    let pool = Arc::new(script.pool(3, 2));
+/// What the stress tasks saw.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    acquired: u64,
+    unsent: u64,
+    answered: u64,
+    /// Contained panics, by reach.
+    panicked_not_sent: u64,
+    panicked_maybe_applied: u64,
+}
+
+/// 16 tasks × 200 rounds on 3 streams of depth 2: acquire (never more than the bound in
+/// flight), then drop the guard unsent or send and check the echo. A request may only fail
+/// as a contained panic (the storm injects them); anything else fails the test.
+async fn stress(pool: &Arc<common::stream::Pool>) -> Seen {
     let mut tasks = Vec::new();
     for t in 0..16u32 {
-        tasks.push(common::spawn_with(&pool, move |pool| async move {
+        tasks.push(common::spawn_with(pool, move |pool| async move {
+            let mut seen = Seen::default();
             for i in 0..200u32 {
                 let guard = pool.acquire().await.unwrap();
+                seen.acquired += 1;
                 let in_flight = pool.stats().table.in_flight;
                 assert!(in_flight <= 6, "overshoot: {in_flight}");
                 if i % 3 == 0 {
                     drop(guard);
-                } else {
-                    assert_echoed(guard, t * 1000 + i).await;
+                    seen.unsent += 1;
+                    continue;
+                }
+                let body = t * 1000 + i;
+                match guard.send(Req::new(body)).await {
+                    Ok(response) => {
+                        assert_eq!(response.body, body);
+                        seen.answered += 1;
+                    }
+                    Err(RequestError::Panicked { reach, .. }) => match reach {
+                        Reach::NotSent => seen.panicked_not_sent += 1,
+                        Reach::MaybeApplied => seen.panicked_maybe_applied += 1,
+                    },
+                    Err(other) => panic!("only injected panics fail requests: {other:?}"),
                 }
             }
+            seen
         }));
     }
-    join_all(tasks).await;
+    join_all(tasks)
+        .await
+        .into_iter()
+        .fold(Seen::default(), |a, b| Seen {
+            acquired: a.acquired + b.acquired,
+            unsent: a.unsent + b.unsent,
+            answered: a.answered + b.answered,
+            panicked_not_sent: a.panicked_not_sent + b.panicked_not_sent,
+            panicked_maybe_applied: a.panicked_maybe_applied + b.panicked_maybe_applied,
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_never_overshoot_and_account_exactly() {
+    let (script, _) = Script::echo();
+    let pool = Arc::new(script.pool(3, 2));
+    let seen = stress(&pool).await;
+    assert_eq!(seen.answered + seen.unsent, 16 * 200, "{seen:?}");
     let stats = pool.stats();
     assert_eq!(stats.table.in_flight, 0);
     assert_eq!(stats.acquires, 16 * 200);
+    assert_eq!(
+        (stats.completed, stats.failed, stats.cancelled),
+        (seen.answered, 0, 0)
+    );
     assert!(stats.spin_ups <= 3);
     assert_eq!(stats.table.waiting, 0);
+}
+
+/// The stress test with random panics mixed in (5% of connects, 2% of responses): every
+/// failure is a contained panic with the right reach, every unit of depth comes back, the
+/// counters balance exactly, and no slot is left stuck: afterwards every stream slot can be
+/// filled and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_panics_in_user_code_leaves_exact_accounting() {
+    common::stream::quiet_injected_panics();
+    let (script, _) = Script::echo();
+    let faults = script.faults();
+    faults.connect_rate.store(50, Ordering::SeqCst);
+    faults.inbound_rate.store(20, Ordering::SeqCst);
+    let pool = Arc::new(script.pool(3, 2));
+    let seen = stress(&pool).await;
+    faults.connect_rate.store(0, Ordering::SeqCst);
+    faults.inbound_rate.store(0, Ordering::SeqCst);
+    let failed = seen.panicked_not_sent + seen.panicked_maybe_applied;
+    assert!(
+        failed > 0 && seen.answered > 0,
+        "a storm happened: {seen:?}"
+    );
+    assert_eq!(seen.acquired, 16 * 200);
+    assert_eq!(seen.answered + failed + seen.unsent, seen.acquired);
+    settle_until("every stream settles", || {
+        let t = pool.stats().table;
+        t.in_flight == 0 && t.starting == 0 && t.draining == 0
+    })
+    .await;
+    let stats = pool.stats();
+    assert_eq!(stats.acquires, seen.acquired);
+    assert_eq!(stats.completed, seen.answered);
+    assert_eq!(stats.failed, failed);
+    assert_eq!(stats.cancelled, 0);
+    assert_eq!(stats.table.waiting, 0);
+    // Each injected panic ended exactly one stream, counted once.
+    let injected = faults.injected() as u64;
+    assert_eq!(stats.panics, injected);
+    assert_eq!(stats.connect_failures + stats.stream_failures, injected);
+    assert!(stats.spin_ups <= 3 + injected);
+    // No slot stuck: the full bound is there to take, and each stream answers.
+    let guards: Vec<_> = (0..6).map(|_| pool.try_acquire().unwrap()).collect();
+    assert_eq!(pool.try_acquire().unwrap_err(), TryAcquireError::NoCapacity);
+    for (body, guard) in guards.into_iter().enumerate() {
+        assert_echoed(guard, body as u32).await;
+    }
+    settle(|| pool.stats().table.in_flight == 0).await;
 }
 
 #[tokio::test]
@@ -477,4 +572,125 @@ async fn min_streams_are_prewarmed_and_kept_through_reaping() {
     assert_eq!((stats.table.ready, stats.reaps), (2, 1));
     let bad = build_error(script.builder().max_streams(1).min_streams(2).build());
     assert!(matches!(bad, ConfigError::Inverted { .. }));
+}
+
+/// A pool in an `Arc` hands out `'static` guards that move into spawned tasks; an owned guard
+/// outliving the pool fails its send as not sent and releases nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_guards_move_into_spawned_tasks() {
+    let (script, _) = Script::echo();
+    let pool = Arc::new(script.pool(2, 2));
+    let tasks: Vec<_> = (0..8u32)
+        .map(|body| {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                let guard = pool.acquire_owned().await.unwrap();
+                assert!(guard.stream_index().is_some());
+                guard.send(Req::new(body)).await.unwrap().body
+            })
+        })
+        .collect();
+    let bodies = join_all(tasks).await;
+    assert_eq!(bodies, (0..8).collect::<Vec<_>>());
+    let owned = pool.try_acquire_owned().unwrap();
+    assert_eq!(pool.stats().table.in_flight, 1);
+    drop(owned);
+    assert_eq!(pool.stats().table.in_flight, 0);
+    // Outliving the pool.
+    let owned = pool.try_acquire_owned().unwrap();
+    assert_eq!(
+        Arc::strong_count(&pool),
+        1,
+        "the last handle: this drops the pool"
+    );
+    drop(pool);
+    let err = tokio::spawn(owned.send(Req::new(9)))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.reach(), Reach::NotSent, "{err:?}");
+}
+
+/// Every send ends as exactly one of completed, failed or cancelled; a guard dropped unsent
+/// is none of them.
+#[tokio::test]
+async fn stats_count_completed_failed_and_cancelled_requests() {
+    let (script, mut streams) = Script::manual();
+    let pool = script.pool(1, 4);
+    let guards: Vec<_> = (0..4).map(|_| pool.try_acquire().unwrap()).collect();
+    let mut guards = guards.into_iter();
+    drop(guards.next());
+    let (answered, cancelled, failed) = (
+        guards.next().unwrap(),
+        guards.next().unwrap(),
+        guards.next().unwrap(),
+    );
+    let mut answered = pin!(answered.send(Req::new(1)));
+    let mut cancelled = Box::pin(cancelled.send(Req::new(2)));
+    assert!(poll_once(answered.as_mut()).is_pending());
+    assert!(poll_once(cancelled.as_mut()).is_pending());
+    let mut server = streams.recv().await.unwrap();
+    let first = server.next_request().await.unwrap();
+    let second = server.next_request().await.unwrap();
+    drop(cancelled);
+    server.respond(first.id.unwrap(), 1);
+    assert_eq!(answered.await.unwrap().body, 1);
+    server.respond(second.id.unwrap(), 2);
+    let dup = failed.send(Req::with_id(7, 3));
+    let mut dup = pin!(dup);
+    assert!(poll_once(dup.as_mut()).is_pending());
+    let third = server.next_request().await.unwrap();
+    server.fail("reset");
+    assert!(dup.await.is_err());
+    let _ = third;
+    settle(|| pool.stats().table.in_flight == 0).await;
+    let stats = pool.stats();
+    assert_eq!(stats.acquires, 4);
+    assert_eq!(
+        (stats.completed, stats.failed, stats.cancelled),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(stats.late_responses, 1);
+}
+
+/// The connector learns which of the pool's streams it opens (for its logs) from the
+/// outbound half, without a change to the `Connector` trait.
+#[tokio::test]
+async fn the_connector_learns_which_stream_it_opens() {
+    let (script, mut streams) = Script::manual();
+    let pool = script.pool(2, 1);
+    let a = pool.try_acquire().unwrap();
+    let b = pool.try_acquire().unwrap();
+    assert_eq!((a.stream_index(), b.stream_index()), (Some(0), Some(1)));
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        seen.push(streams.recv().await.unwrap().requests.stream_index());
+    }
+    seen.sort();
+    assert_eq!(seen, [Some(0), Some(1)]);
+    // One made by hand names no stream.
+    let (_, rx) = tokio::sync::mpsc::unbounded_channel::<Req>();
+    assert_eq!(slotpool::stream::Outbound::new(rx).stream_index(), None);
+    drop((a, b));
+}
+
+/// What the public signatures use is reachable from the crate: the clock (and its mock), the
+/// instant `reap` takes, and the parts of a stats snapshot.
+#[tokio::test]
+async fn the_clock_and_the_stats_parts_are_reexported() {
+    let (clock, mock): (slotpool::Clock, std::sync::Arc<slotpool::Mock>) = slotpool::Clock::mock();
+    let (script, _) = Script::echo();
+    let pool = script
+        .builder()
+        .clock(clock)
+        .reap_interval(None)
+        .build()
+        .unwrap();
+    mock.increment(Duration::from_secs(1));
+    let now: slotpool::Instant = pool.clock().now();
+    assert_eq!(pool.reap(now), 0);
+    let stats = pool.stats();
+    let _: slotpool::TableStats = stats.table;
+    assert_eq!(stats.breaker, slotpool::BreakerState::Closed);
 }

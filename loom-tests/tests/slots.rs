@@ -295,3 +295,73 @@ fn drain_vs_join() {
         assert!(matches!(word.phase(), Phase::Empty | Phase::Starting));
     });
 }
+
+/// A three-slot bounded table starts with its first segment (two slots under loom) and grows
+/// lazily. Two reservers racing on the full first segment: exactly one gets the third slot,
+/// the other finds the table full; the table never allocates past its capacity and no live
+/// slot moved.
+#[test]
+fn bounded_growth_vs_reserve() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 1).unwrap());
+        assert_eq!(table.stats().slots, 2, "the first segment only");
+        let held: Vec<_> = (0..2).map(|_| table.try_reserve().unwrap()).collect();
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve())
+        };
+        let mine = table.try_reserve();
+        let theirs = other.join().unwrap();
+        let got = match (mine, theirs) {
+            (Ok(got), Err(e)) | (Err(e), Ok(got)) => {
+                assert_eq!(e, TryAcquireError::NoCapacity);
+                got
+            }
+            other => panic!("exactly one reserver gets the last slot: {other:?}"),
+        };
+        assert_eq!(got.index(), 2);
+        assert!(got.claimed());
+        assert_eq!(table.stats().slots, 3, "grew to its capacity, not past it");
+        for r in &held {
+            assert!(table.is_current(r));
+        }
+        assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+        assert!(table.release(got));
+        for r in held {
+            assert!(table.release(r));
+        }
+    });
+}
+
+/// A waiter and a racer on a bounded table whose first segment is full, while a held unit is
+/// released: the table grows at most to its capacity, the waiter is never left asleep while a
+/// unit is free (a lost wake-up is a loom deadlock), and every unit is visible afterwards.
+#[test]
+fn bounded_growth_vs_waiter() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 1).unwrap());
+        let mut held: Vec<_> = (0..2).map(|_| table.try_reserve().unwrap()).collect();
+        let waiter = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let got = block_on(table.reserve()).unwrap();
+                assert!(table.release(got));
+            })
+        };
+        let racer = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                if let Ok(got) = table.try_reserve() {
+                    assert!(table.release(got));
+                }
+            })
+        };
+        assert!(table.release(held.pop().unwrap()));
+        racer.join().unwrap();
+        waiter.join().unwrap();
+        assert!(table.stats().slots <= 3);
+        assert!(table.release(held.pop().unwrap()));
+        assert_eq!(table.stats().in_flight, 0);
+        assert_all_capacity_visible(&table, 3, 1);
+    });
+}

@@ -16,7 +16,7 @@
 //!
 //! | pool | gauges | counters (`_total`) |
 //! |---|---|---|
-//! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `spin_ups`, `connect_failures`, `stream_failures`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
+//! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `completed`, `failed`, `cancelled`, `spin_ups`, `connect_failures`, `stream_failures`, `panics`, `open_timeouts`, `stalls`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
 //! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps}_total` |
 //! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,created,make_failures,discards,reaps}_total` |
 //! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,released,reaped,rebuilt}_total` |
@@ -138,7 +138,17 @@ impl Export for StreamStats {
         );
         counter("slotpool_stream_acquires_total", pool, self.acquires);
         counter("slotpool_stream_waits_total", pool, self.waits);
+        counter("slotpool_stream_completed_total", pool, self.completed);
+        counter("slotpool_stream_failed_total", pool, self.failed);
+        counter("slotpool_stream_cancelled_total", pool, self.cancelled);
         counter("slotpool_stream_spin_ups_total", pool, self.spin_ups);
+        counter("slotpool_stream_panics_total", pool, self.panics);
+        counter(
+            "slotpool_stream_open_timeouts_total",
+            pool,
+            self.open_timeouts,
+        );
+        counter("slotpool_stream_stalls_total", pool, self.stalls);
         counter(
             "slotpool_stream_connect_failures_total",
             pool,

@@ -1,11 +1,14 @@
 //! A scripted in-process stream connector for the `StreamPool` tests.
 //!
 //! Every opened stream is handed to the test as a [`ServerStream`] (manual mode) or answered
-//! by an echo task (echo mode). Connects can be made to fail or to wait for a go-ahead.
+//! by an echo task (echo mode). Connects can be made to fail or to wait for a go-ahead, and
+//! user code can be made hostile through [`Faults`]: connects and inbound halves that panic
+//! (counted, and kept quiet by [`quiet_injected_panics`]), and an echo that stops answering.
 
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
@@ -23,20 +26,38 @@ pub type Pool = StreamPool<TestConnector>;
 pub struct Req {
     pub id: Option<u64>,
     pub body: u32,
+    /// Its `request_id` accessor panics (hostile user code).
+    pub panics: bool,
 }
 
 impl Req {
     pub fn new(body: u32) -> Self {
-        Self { id: None, body }
+        Self {
+            id: None,
+            body,
+            panics: false,
+        }
     }
 
     pub fn with_id(id: u64, body: u32) -> Self {
-        Self { id: Some(id), body }
+        Self {
+            id: Some(id),
+            ..Self::new(body)
+        }
+    }
+
+    /// A request whose `request_id` panics.
+    pub fn panicking(body: u32) -> Self {
+        Self {
+            panics: true,
+            ..Self::new(body)
+        }
     }
 }
 
 impl StreamRequest for Req {
     fn request_id(&self) -> Option<u64> {
+        assert!(!self.panics, "{INJECTED}: request_id");
         self.id
     }
     fn set_request_id(&mut self, id: u64) {
@@ -100,12 +121,107 @@ impl ServerStream {
     }
 }
 
-pub struct Inbound(mpsc::UnboundedReceiver<Result<Resp, TestError>>);
+/// What every injected panic says; [`quiet_injected_panics`] keeps these off stderr.
+pub const INJECTED: &str = "injected panic";
+
+/// Keeps injected panics (their message contains [`INJECTED`]) from printing through the
+/// panic hook; any other panic prints as before. Once per test binary.
+pub fn quiet_injected_panics() {
+    static QUIET: Once = Once::new();
+    QUIET.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if !message.contains(INJECTED) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Hostile user code and peers, shared by every stream of a [`Script`]. Counters of what to
+/// inject count down; rates are per mille, drawn from a seeded generator.
+#[derive(Default)]
+pub struct Faults {
+    /// Connects that panic in the `connect` call itself, before a future exists.
+    pub panic_calls: AtomicUsize,
+    /// Connects whose future panics when first polled.
+    pub panic_connects: AtomicUsize,
+    /// Inbound polls that panic when they have a response to yield (the response is lost).
+    pub panic_inbound: AtomicUsize,
+    /// Inbound halves that panic when dropped.
+    pub panic_inbound_drops: AtomicBool,
+    /// Per mille: each connect panics (the storm).
+    pub connect_rate: AtomicU32,
+    /// Per mille: each response the inbound half yields panics instead (the storm).
+    pub inbound_rate: AtomicU32,
+    /// The echo reads requests and never answers (a hung peer).
+    pub mute: AtomicBool,
+    /// Panics injected so far (destructors included).
+    pub injected: AtomicUsize,
+    seed: AtomicU64,
+}
+
+impl Faults {
+    /// Whether this draw at `per_mille` fires (xorshift over a shared seed).
+    fn draw(&self, per_mille: &AtomicU32) -> bool {
+        let rate = per_mille.load(Ordering::SeqCst);
+        if rate == 0 {
+            return false;
+        }
+        let mut x = self.seed.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::SeqCst) | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % 1000) < u64::from(rate)
+    }
+
+    fn take(counter: &AtomicUsize) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    fn inject(&self, what: &str) -> ! {
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        panic!("{INJECTED}: {what}");
+    }
+
+    pub fn injected(&self) -> usize {
+        self.injected.load(Ordering::SeqCst)
+    }
+}
+
+pub struct Inbound {
+    rx: mpsc::UnboundedReceiver<Result<Resp, TestError>>,
+    faults: Arc<Faults>,
+    panic_on_drop: bool,
+}
 
 impl Stream for Inbound {
     type Item = Result<Resp, TestError>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
+        let item = self.rx.poll_recv(cx);
+        if let Poll::Ready(Some(Ok(_))) = &item {
+            let faults = &self.faults;
+            if Faults::take(&faults.panic_inbound) || faults.draw(&faults.inbound_rate) {
+                faults.inject("inbound poll_next");
+            }
+        }
+        item
+    }
+}
+
+impl Drop for Inbound {
+    fn drop(&mut self) {
+        if self.panic_on_drop && !std::thread::panicking() {
+            self.faults.inject("inbound drop");
+        }
     }
 }
 
@@ -117,6 +233,7 @@ pub struct Script {
     hold: Option<Arc<Semaphore>>,
     connects: Arc<AtomicUsize>,
     streams: mpsc::UnboundedSender<ServerStream>,
+    faults: Arc<Faults>,
 }
 
 pub struct TestConnector(pub Script);
@@ -141,9 +258,15 @@ impl Script {
                 hold: None,
                 connects: Arc::new(AtomicUsize::new(0)),
                 streams: tx,
+                faults: Arc::new(Faults::default()),
             },
             rx,
         )
+    }
+
+    /// The faults every stream of this script shares.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// Connects wait until the returned semaphore gets permits.
@@ -199,36 +322,56 @@ impl Connector for TestConnector {
     type Error = TestError;
     type Inbound = Inbound;
 
-    async fn connect(&self, outbound: Outbound<Req>) -> Result<Inbound, TestError> {
-        let script = &self.0;
-        if let Some(hold) = &script.hold {
-            hold.acquire()
-                .await
-                .map_err(|_| TestError("hold closed"))?
-                .forget();
+    // Not an `async fn`: the call itself can panic before any future exists.
+    fn connect(
+        &self,
+        outbound: Outbound<Req>,
+    ) -> impl Future<Output = Result<Inbound, TestError>> + Send {
+        let script = self.0.clone();
+        if Faults::take(&script.faults.panic_calls) {
+            script.faults.inject("connect call");
         }
-        script.connects.fetch_add(1, Ordering::SeqCst);
-        let failing = script
-            .fail_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if failing {
-            return Err(TestError("connect refused"));
+        async move {
+            if let Some(hold) = &script.hold {
+                hold.acquire()
+                    .await
+                    .map_err(|_| TestError("hold closed"))?
+                    .forget();
+            }
+            script.connects.fetch_add(1, Ordering::SeqCst);
+            let faults = &script.faults;
+            if Faults::take(&faults.panic_connects) || faults.draw(&faults.connect_rate) {
+                faults.inject("connect future");
+            }
+            let failing = script
+                .fail_next
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                return Err(TestError("connect refused"));
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let mut server = ServerStream {
+                requests: outbound,
+                responses: tx,
+            };
+            if script.echo {
+                let faults = Arc::clone(&script.faults);
+                tokio::spawn(async move {
+                    while let Some(req) = server.next_request().await {
+                        if !faults.mute.load(Ordering::SeqCst) {
+                            server.respond(req.id.unwrap_or(u64::MAX), req.body);
+                        }
+                    }
+                });
+            } else {
+                let _ = script.streams.send(server);
+            }
+            Ok(Inbound {
+                rx,
+                panic_on_drop: faults.panic_inbound_drops.load(Ordering::SeqCst),
+                faults: Arc::clone(&script.faults),
+            })
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut server = ServerStream {
-            requests: outbound,
-            responses: tx,
-        };
-        if script.echo {
-            tokio::spawn(async move {
-                while let Some(req) = server.next_request().await {
-                    server.respond(req.id.unwrap_or(u64::MAX), req.body);
-                }
-            });
-        } else {
-            let _ = script.streams.send(server);
-        }
-        Ok(Inbound(rx))
     }
 }

@@ -10,15 +10,36 @@ use tokio::sync::watch;
 use super::{Connector, Counters, Shared, StreamPool};
 use crate::error::ConfigError;
 use crate::pool::settings::{self, Names, Settings};
-use crate::slots::{Capacity, SlotTable};
+use crate::slots::{Capacity, SlotTable, MAX_LOAD, MAX_SLOTS};
 use crate::sync::Arc;
 
+/// The most streams [`StreamPoolBuilder::min_streams`] accepts: each is opened at build and
+/// kept open, so memory follows it (a few KiB a stream, plus what the connector holds).
+pub const MAX_MIN_STREAMS: usize = 1024;
+
 /// Builder for a [`StreamPool`]; see [`StreamPool::builder`].
+///
+/// Every value a setter accepts builds a pool that runs, with memory that follows what is used:
+/// a bounded pool allocates its slots in segments as streams open, and a stream reserves
+/// nothing for its queue depth. What is refused is a [`ConfigError`] naming the setter.
+///
+/// | setter | default | accepted |
+/// | --- | --- | --- |
+/// | `max_queue_depth` | 8 | 1 ..= [`MAX_LOAD`] (2³¹ − 1) |
+/// | `max_streams` / `unbounded` | unbounded | 1 ..= [`MAX_SLOTS`] (2²⁴) |
+/// | `min_streams` | 0 | 0 ..= [`MAX_MIN_STREAMS`], and at most `max_streams` |
+/// | `idle_timeout` | 10 s | above zero |
+/// | `reap_interval` | 1 s (inside a runtime) | above zero, or `None` |
+/// | `open_timeout` | 10 s | above zero, or `None` |
+/// | `stall_timeout` | 60 s | above zero, or `None` |
+/// | `breaker` | off | a threshold of at least 1 |
 pub struct StreamPoolBuilder<C> {
     connector: C,
     max_streams: Option<usize>,
     max_queue_depth: usize,
     min_streams: usize,
+    open_timeout: Option<Duration>,
+    stall_timeout: Option<Duration>,
     settings: Settings,
 }
 
@@ -30,6 +51,8 @@ impl<C: Connector> StreamPoolBuilder<C> {
             max_streams: None,
             max_queue_depth: 8,
             min_streams: 0,
+            open_timeout: Some(Duration::from_secs(10)),
+            stall_timeout: Some(Duration::from_secs(60)),
             settings: Settings::new(Duration::from_secs(10), Duration::from_secs(1)),
         }
     }
@@ -48,13 +71,15 @@ impl<C: Connector> StreamPoolBuilder<C> {
     }
 
     /// Opens `n` streams at build and keeps at least `n` open: the reaper does not close
-    /// them when idle and reopens any that failed. Default: 0.
+    /// them when idle and reopens any that failed. Default: 0; at most [`MAX_MIN_STREAMS`]
+    /// and at most `max_streams`.
     pub fn min_streams(mut self, n: usize) -> Self {
         self.min_streams = n;
         self
     }
 
     /// Bounds the number of streams; acquires wait when all are full. Default: unbounded.
+    /// At most [`MAX_SLOTS`]; slots are allocated as streams open, not for the bound.
     pub fn max_streams(mut self, max: usize) -> Self {
         self.max_streams = Some(max);
         self
@@ -66,9 +91,40 @@ impl<C: Connector> StreamPoolBuilder<C> {
         self
     }
 
-    /// Requests in flight per stream. Default: 8.
+    /// Requests in flight per stream. Default: 8; at most [`MAX_LOAD`]. Nothing is reserved
+    /// per stream for the depth: a stream's bookkeeping grows with the requests it carries.
     pub fn max_queue_depth(mut self, depth: usize) -> Self {
         self.max_queue_depth = depth;
+        self
+    }
+
+    /// How long a stream may take to open (the connector's `connect` to finish) before its
+    /// callers fail with [`RequestError::OpenTimeout`](super::RequestError::OpenTimeout), not
+    /// sent, and the slot is freed; it counts as a connect failure for the breaker. Default:
+    /// 10 s; `None`: wait for ever.
+    ///
+    /// Checked by the reaper pass on the pool's clock (see [`StreamPool::reap`]), so a stream
+    /// fails at the first pass at least `timeout` after it was started: with the background
+    /// reaper, within one `reap_interval` after the deadline; with it off, only when you call
+    /// `reap`. Zero is a [`ConfigError::Zero`].
+    pub fn open_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.open_timeout = timeout;
+        self
+    }
+
+    /// How long a stream with requests outstanding may receive nothing before it is declared
+    /// hung: every request on it fails with
+    /// [`RequestError::Stalled`](super::RequestError::Stalled) (maybe applied if sent, not
+    /// sent if queued) and the slot is freed. Default: 60 s; `None`: never.
+    ///
+    /// Set it to a few times your slowest response: a stream whose every outstanding request
+    /// legitimately takes longer than this is closed as hung. Checked by the reaper pass on
+    /// the pool's clock: the first pass that finds the stream busy and silent notes the time,
+    /// a pass at least `timeout` later with still nothing received declares it (so within
+    /// `timeout` + one `reap_interval` of silence; with the background reaper off, only when
+    /// you call `reap`). Zero is a [`ConfigError::Zero`].
+    pub fn stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
         self
     }
 
@@ -76,37 +132,44 @@ impl<C: Connector> StreamPoolBuilder<C> {
     /// spawned on it).
     ///
     /// # Errors
-    /// [`ConfigError`] for a zero depth or stream count, a zero reap interval, values too
-    /// large, or no tokio runtime.
+    /// [`ConfigError`] naming the setter: a zero depth, stream count, timeout or reap
+    /// interval, values above their maximum (see the table on [`StreamPoolBuilder`]),
+    /// `min_streams` above `max_streams`, or no tokio runtime.
     pub fn build(self) -> Result<StreamPool<C>, ConfigError> {
+        let too_large = |name, value: usize, max: u64| ConfigError::TooLarge {
+            name,
+            value: value as u64,
+            max,
+        };
         if self.max_queue_depth == 0 {
             return Err(ConfigError::Zero("max_queue_depth"));
         }
-        let depth = u32::try_from(self.max_queue_depth).map_err(|_| ConfigError::TooLarge {
-            name: "max_queue_depth",
-            value: self.max_queue_depth as u64,
-            max: crate::slots::MAX_LOAD.into(),
-        })?;
+        let depth = u32::try_from(self.max_queue_depth)
+            .ok()
+            .filter(|depth| *depth <= MAX_LOAD)
+            .ok_or_else(|| too_large("max_queue_depth", self.max_queue_depth, MAX_LOAD.into()))?;
         self.settings.check(Names::PLAIN)?;
+        for (name, timeout) in [
+            ("open_timeout", self.open_timeout),
+            ("stall_timeout", self.stall_timeout),
+        ] {
+            if timeout == Some(Duration::ZERO) {
+                return Err(ConfigError::Zero(name));
+            }
+        }
         let capacity = match self.max_streams {
             Some(0) => return Err(ConfigError::Zero("max_streams")),
+            Some(n) if n > MAX_SLOTS => return Err(too_large("max_streams", n, MAX_SLOTS as u64)),
             Some(n) => Capacity::Bounded(n),
             None => Capacity::Unbounded,
         };
-        let table = SlotTable::new(capacity, depth).map_err(|e| match e {
-            ConfigError::TooLarge { value, max, .. } if self.max_streams.is_some() => {
-                ConfigError::TooLarge {
-                    name: if value == u64::from(depth) {
-                        "max_queue_depth"
-                    } else {
-                        "max_streams"
-                    },
-                    value,
-                    max,
-                }
-            }
-            other => other,
-        })?;
+        if self.min_streams > MAX_MIN_STREAMS {
+            return Err(too_large(
+                "min_streams",
+                self.min_streams,
+                MAX_MIN_STREAMS as u64,
+            ));
+        }
         if let Some(max) = self.max_streams {
             if self.min_streams > max {
                 return Err(ConfigError::Inverted {
@@ -117,6 +180,9 @@ impl<C: Connector> StreamPoolBuilder<C> {
                 });
             }
         }
+        // Every value is checked above, under the setter's name; the table's own checks
+        // (which speak of `max_load` and `slots`) cannot fail now.
+        let table = SlotTable::new(capacity, depth)?;
         let runtime = Handle::try_current().map_err(|_| ConfigError::Missing("tokio runtime"))?;
         let (shutdown, _) = watch::channel(false);
         let clock = self.settings.clock_or(quanta::Clock::new);
@@ -129,6 +195,8 @@ impl<C: Connector> StreamPoolBuilder<C> {
             clock,
             base,
             idle_timeout: self.settings.idle_timeout,
+            open_timeout: self.open_timeout,
+            stall_timeout: self.stall_timeout,
             counters: Counters::default(),
             breaker: self.settings.breaker(),
             min_streams: self.min_streams,
@@ -149,6 +217,8 @@ impl<C> fmt::Debug for StreamPoolBuilder<C> {
             .field("max_streams", &self.max_streams)
             .field("max_queue_depth", &self.max_queue_depth)
             .field("min_streams", &self.min_streams)
+            .field("open_timeout", &self.open_timeout)
+            .field("stall_timeout", &self.stall_timeout)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }

@@ -5,7 +5,9 @@
 //! Many callers share a few bidirectional streams (a gRPC bidi call, say). Each stream carries
 //! up to `max_queue_depth` requests at once; the pool optionally bounds the number of streams.
 //! A caller never sees a stream: [`StreamPool::acquire`] returns a [`StreamGuard`] good for
-//! one request, and [`StreamGuard::send`] returns that request's response.
+//! one request, and [`StreamGuard::send`] returns that request's response. A pool shared by
+//! spawned tasks sits in an `Arc` and hands out `'static` guards with
+//! [`StreamPool::acquire_owned`].
 //!
 //! # How
 //!
@@ -22,37 +24,74 @@
 //! requests, and routes each response to its caller by request id. A request's unit of load
 //! is released **by the driver**, when the response arrives or the stream ends, not when the
 //! caller's future is dropped: queue depth is exact under cancellation (the reference design
-//! freed depth early there). Responses to cancelled callers are discarded and counted.
+//! freed depth early there). Responses to cancelled callers are discarded and counted. The one
+//! exception is a request that was never sent: one still queued while its stream connects
+//! gives its room back when its caller gives up (the driver, woken by the cancellation, frees
+//! it when it next runs), so callers that give up on a stream that never opens do not make
+//! the pool open more.
 //!
 //! # Failure model
 //!
+//! Every failure is a [`RequestError`] whose [`reach`](RequestError::reach) says whether the
+//! request can have been applied: [`Reach::NotSent`] (a retry is safe) or
+//! [`Reach::MaybeApplied`].
+//!
 //! * A connect failure fails every caller that joined the stream with
-//!   [`RequestError::Connect`]: nothing was sent ([`Reach::NotSent`]), a retry is safe.
+//!   [`RequestError::Connect`]: nothing was sent, a retry is safe.
 //! * A stream error or end fails every request in flight on it with
 //!   [`RequestError::StreamEnded`] and [`Reach::MaybeApplied`] (the peer may have applied it),
 //!   and every request still queued with [`Reach::NotSent`].
-//! * Either way the slot drains and returns to Empty when its last unit of load is released;
-//!   the next acquire opens a new stream. Other streams are not disturbed.
+//! * **Panics in user code.** The connector's `connect` (the call and every poll of its
+//!   future), the inbound half's `poll_next` and destructor, and the request and response id
+//!   accessors are called inside a guard where the driver calls them. A connect that panics
+//!   fails the stream's callers with [`RequestError::Panicked`] and [`Reach::NotSent`]; an
+//!   inbound half that panics fails the requests already sent with
+//!   [`Reach::MaybeApplied`] and the queued ones with [`Reach::NotSent`]; a request whose id
+//!   accessor panics fails alone, not sent. The panicked future or stream is never polled
+//!   again, its message goes to a `tracing` error event (`place` says which user code) and
+//!   to the error, and [`StreamStats::panics`] counts it. Nothing panics a second time.
+//! * **Hung peers.** A stream still connecting `open_timeout` after it was started (default
+//!   10 s) fails its callers with [`RequestError::OpenTimeout`] (not sent). A stream with
+//!   requests outstanding that has received nothing for `stall_timeout` (default 60 s) is
+//!   declared hung: its requests fail with [`RequestError::Stalled`], [`Reach::MaybeApplied`]
+//!   for those sent. Both are measured on the pool's clock by the reaper pass (below), so no
+//!   timer is armed per request and the acquire path reads no clock. Both count as failures
+//!   of the circuit breaker (an open timeout) or of the stream (a stall).
+//! * Whatever the failure, the slot drains and returns to Empty when its last unit of load is
+//!   released; the next acquire opens a new stream there. Other streams are not disturbed.
 //! * Per-request failures belong inside the response type (a status field), so one bad
 //!   request never tears a stream down.
 //!
-//! # Idle reaping
+//! What to configure against a hung peer: keep `open_timeout` (a peer that accepts the
+//! connection and never answers the stream's opening would otherwise hold its callers until
+//! they give up), set `stall_timeout` to a few times your slowest response, and bound
+//! `max_streams` so that a peer that takes requests and never answers cannot make the pool
+//! open a stream per `max_queue_depth` abandoned requests while the stall timeout runs. With
+//! the `tonic` integration, HTTP/2 keep-alive on the endpoint also finds a dead connection.
 //!
-//! [`StreamPool::reap`] retires streams that have had no request in flight for at least the
-//! idle timeout (the slot table's `used`-bit scheme: no clock read on the hot path). A
-//! background task calls it every `reap_interval`; tests call it directly with a
-//! `quanta::Clock::mock()` clock. A reap racing an acquire never closes a stream that was just
-//! reserved.
+//! # Reaping and the hung-peer checks
+//!
+//! [`StreamPool::reap`] is one pass at a time `now` on the pool's clock. It retires streams
+//! that have had no request in flight for at least the idle timeout (the slot table's
+//! `used`-bit scheme: no clock read on the hot path), which takes **two** passes: the first
+//! pass that finds a stream idle notes the time, a pass at least `idle_timeout` later closes
+//! it (so a stream closes between `idle_timeout` and `idle_timeout + reap_interval` after it
+//! went idle). The same pass fails streams past their `open_timeout` and stalled ones
+//! (`stall_timeout`, also noted by one pass and declared by a later one), then reopens streams
+//! up to `min_streams`. A background task calls it every `reap_interval`; tests call it
+//! directly with a `quanta::Clock::mock()` clock. A reap racing an acquire never closes a
+//! stream that was just reserved.
 //!
 //! # Lifetimes
 //!
-//! Guards borrow the pool, so they cannot outlive it. Dropping the pool closes its table
-//! (waiters get [`AcquireError::Closed`]) and stops every driver and the reaper; no task keeps
-//! a dropped pool alive.
+//! [`StreamGuard`]s borrow the pool, so they cannot outlive it; [`OwnedStreamGuard`]s (from an
+//! `Arc<StreamPool>`) keep only the pool's shared state, not the pool. Dropping the pool closes
+//! its table (waiters get [`AcquireError::Closed`]) and stops every driver and the reaper; no
+//! task or guard keeps a dropped pool running (an owned guard's send then fails, not sent).
 //!
-//! This module owns stream lifecycles and the acquire path; `driver.rs` owns a stream's task
-//! and request routing, `builder.rs` the settings. Capacity accounting is the slot table's,
-//! waiting is the gate's.
+//! This module owns stream lifecycles and the acquire path; `driver.rs` owns a stream's task,
+//! request routing and its failures, `builder.rs` the settings. Capacity accounting is the
+//! slot table's, waiting is the gate's.
 
 use std::fmt;
 use std::future::Future;
@@ -67,15 +106,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, Reach, TryAcquireError};
 use crate::gate::WaitState;
+use crate::panic::Panic;
 use crate::pool::reap::nanos;
-use crate::slots::{Generation, Reservation, SlotTable, TableStats};
-use crate::sync::{spin, Arc, AtomicBool, Counter, Mutex, Ordering, Published};
+use crate::slots::{Generation, Phase, Reservation, SlotTable, TableStats};
+use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, Published};
 
 mod builder;
 mod driver;
 
-pub use builder::StreamPoolBuilder;
-use driver::Driver;
+pub use builder::{StreamPoolBuilder, MAX_MIN_STREAMS};
+use driver::{Driver, Refusal};
 
 /// Opens one bidirectional stream of requests and responses.
 ///
@@ -92,7 +132,12 @@ pub trait Connector: Send + Sync + 'static {
     /// The inbound half of an open stream.
     type Inbound: Stream<Item = Result<Self::Response, Self::Error>> + Send + Unpin + 'static;
 
-    /// Opens a stream that sends what `outbound` yields. Called on the stream's driver task.
+    /// Opens a stream that sends what `outbound` yields. Called on the stream's driver task;
+    /// [`Outbound::stream_index`] says which of the pool's streams it opens (for logs).
+    ///
+    /// It may take as long as it likes up to the pool's `open_timeout`, after which its future
+    /// is dropped. A panic here (in the call or in a poll of the future) is contained: the
+    /// stream's callers get [`RequestError::Panicked`], not sent.
     fn connect(
         &self,
         outbound: Outbound<Self::Request>,
@@ -116,12 +161,25 @@ pub trait StreamResponse: Send + 'static {
 /// The outbound half of a stream: the requests the pool forwards, as a [`Stream`].
 pub struct Outbound<R> {
     rx: mpsc::UnboundedReceiver<R>,
+    /// The slot of the stream this feeds, when a pool made it.
+    stream_index: Option<usize>,
 }
 
 impl<R> Outbound<R> {
     /// Wraps a receiver (for connectors tested or driven outside a pool).
     pub fn new(rx: mpsc::UnboundedReceiver<R>) -> Self {
-        Self { rx }
+        Self {
+            rx,
+            stream_index: None,
+        }
+    }
+
+    /// Which of the pool's streams this is: the slot index that
+    /// [`StreamGuard::stream_index`] reports for requests on it (`None` for an `Outbound` made
+    /// with [`Outbound::new`]). Slots are reused, so the index names a place, not a stream's
+    /// whole life; it is meant for logs.
+    pub fn stream_index(&self) -> Option<usize> {
+        self.stream_index
     }
 }
 
@@ -141,6 +199,7 @@ impl<R> fmt::Debug for Outbound<R> {
 
 /// Why a request got no response. [`RequestError::reach`] says whether a retry is safe.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RequestError<E: std::error::Error + 'static> {
     /// The stream this request joined failed to open. Nothing was sent.
     #[error("stream failed to open: {source}")]
@@ -167,21 +226,53 @@ pub enum RequestError<E: std::error::Error + 'static> {
     /// The pool was closed or dropped.
     #[error("pool closed")]
     Closed,
+    /// User code panicked: the connector while opening this request's stream
+    /// ([`Reach::NotSent`]), the stream's inbound half (`MaybeApplied` for a request already
+    /// sent, `NotSent` for one still queued), or this request's id accessor (`NotSent`).
+    #[error("user code panicked on this request's stream ({reach}): {panic}")]
+    Panicked {
+        /// Whether the request had been handed to the stream.
+        reach: Reach,
+        /// What the panic said.
+        panic: Panic,
+    },
+    /// The stream this request joined did not open within the pool's `open_timeout`. Nothing
+    /// was sent.
+    #[error("stream did not open within {timeout:?} (`open_timeout`)")]
+    OpenTimeout {
+        /// The `open_timeout` setting.
+        timeout: Duration,
+    },
+    /// The stream received nothing for the pool's `stall_timeout` while requests were
+    /// outstanding on it, and was closed as hung.
+    #[error("stream stalled: nothing received for {timeout:?} (`stall_timeout`) ({reach})")]
+    Stalled {
+        /// Whether the request had been handed to the stream.
+        reach: Reach,
+        /// The `stall_timeout` setting.
+        timeout: Duration,
+    },
 }
 
 impl<E: std::error::Error + 'static> RequestError<E> {
     /// Whether the request can have been applied.
     pub fn reach(&self) -> Reach {
         match self {
-            RequestError::StreamEnded { reach, .. } => *reach,
+            RequestError::StreamEnded { reach, .. }
+            | RequestError::Panicked { reach, .. }
+            | RequestError::Stalled { reach, .. } => *reach,
             RequestError::Connect { .. }
             | RequestError::DuplicateId { .. }
-            | RequestError::Closed => Reach::NotSent,
+            | RequestError::Closed
+            | RequestError::OpenTimeout { .. } => Reach::NotSent,
         }
     }
 }
 
 /// A snapshot of a pool's state and counters.
+///
+/// Every [`StreamGuard::send`] ends as exactly one of `completed`, `failed` or `cancelled`;
+/// a guard dropped unsent is none of them (its room goes back at once).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StreamStats {
     /// Streams by phase, requests in flight (reserved or sent), tasks waiting.
@@ -190,12 +281,29 @@ pub struct StreamStats {
     pub acquires: u64,
     /// Acquires that had to wait for capacity.
     pub waits: u64,
+    /// Requests answered: the caller got its response.
+    pub completed: u64,
+    /// Requests that ended with a [`RequestError`] returned to the caller.
+    pub failed: u64,
+    /// Requests whose caller stopped waiting (dropped the `send` future) before the outcome.
+    pub cancelled: u64,
     /// Streams started.
     pub spin_ups: u64,
-    /// Streams that failed to open.
+    /// Streams that failed to open: a connect error, a connect that panicked, or one past its
+    /// `open_timeout`.
     pub connect_failures: u64,
-    /// Open streams that failed or ended.
+    /// Open streams that failed or ended: an error, an end, an inbound half that panicked, or
+    /// a stall.
     pub stream_failures: u64,
+    /// Panics of user code contained (connector, inbound half and its destructor, request and
+    /// response id accessors).
+    pub panics: u64,
+    /// Streams failed because they had not opened within `open_timeout` (also counted in
+    /// `connect_failures`).
+    pub open_timeouts: u64,
+    /// Streams declared hung after `stall_timeout` without a response (also counted in
+    /// `stream_failures`).
+    pub stalls: u64,
     /// Streams closed by the reaper.
     pub reaps: u64,
     /// Responses whose caller had gone (cancelled); discarded.
@@ -247,6 +355,22 @@ pub struct StreamStats {
 /// let guard = pool.acquire().await?;
 /// let response = guard.send(Echo { id: None, body: 7 }).await?;
 /// assert_eq!(response.body, 7);
+///
+/// // Shared by spawned tasks: an `Arc` and owned guards.
+/// let pool = std::sync::Arc::new(pool);
+/// let tasks: Vec<_> = (0..4)
+///     .map(|body| {
+///         let pool = std::sync::Arc::clone(&pool);
+///         tokio::spawn(async move {
+///             let guard = pool.acquire_owned().await?;
+///             let response = guard.send(Echo { id: None, body }).await?;
+///             Ok::<u32, Box<dyn std::error::Error + Send + Sync>>(response.body)
+///         })
+///     })
+///     .collect();
+/// for (body, task) in tasks.into_iter().enumerate() {
+///     assert_eq!(task.await?.map_err(|e| e.to_string())?, body as u32);
+/// }
 /// # Ok(()) }
 /// ```
 pub struct StreamPool<C: Connector> {
@@ -266,6 +390,10 @@ struct Shared<C: Connector> {
     /// Time zero for the table's nanosecond idle stamps.
     base: quanta::Instant,
     idle_timeout: Duration,
+    /// How long a stream may take to open; `None`: for ever.
+    open_timeout: Option<Duration>,
+    /// How long a stream with requests outstanding may receive nothing; `None`: for ever.
+    stall_timeout: Option<Duration>,
     counters: Counters,
     /// Consulted only when a reservation claims a slot (a spin-up).
     breaker: Breaker,
@@ -273,13 +401,21 @@ struct Shared<C: Connector> {
     min_streams: usize,
 }
 
+/// The pool's counters (see [`StreamStats`]). Only `acquires` is bumped on the acquire path;
+/// the request outcomes are counted by `send`, the rest by drivers and the reaper.
 #[derive(Debug)]
 struct Counters {
     acquires: Counter,
     waits: Counter,
+    completed: Counter,
+    failed: Counter,
+    cancelled: Counter,
     spin_ups: Counter,
     connect_failures: Counter,
     stream_failures: Counter,
+    panics: Counter,
+    open_timeouts: Counter,
+    stalls: Counter,
     reaps: Counter,
     late_responses: Counter,
     unknown_responses: Counter,
@@ -291,9 +427,15 @@ impl Default for Counters {
         Self {
             acquires: Counter::new(),
             waits: Counter::new(),
+            completed: Counter::new(),
+            failed: Counter::new(),
+            cancelled: Counter::new(),
             spin_ups: Counter::new(),
             connect_failures: Counter::new(),
             stream_failures: Counter::new(),
+            panics: Counter::new(),
+            open_timeouts: Counter::new(),
+            stalls: Counter::new(),
             reaps: Counter::new(),
             late_responses: Counter::new(),
             unknown_responses: Counter::new(),
@@ -330,27 +472,114 @@ struct Incarnation<C: Connector> {
     /// Requests for the driver. Closed by the driver when the stream ends, after which a send
     /// fails as not sent.
     requests: mpsc::UnboundedSender<Pending<C>>,
-    /// Tells the driver the reaper retired its slot: see [`Incarnation::request_stop`].
+    /// Wakes the driver when a reason to stop is set in `stop_reasons`.
     stop: tokio::sync::Notify,
-    /// Set (before `stop` is notified) when the reaper retired the slot, so that the driver
-    /// can tell with one load, on every wake-up, whether it must stop, and poll `stop`'s
-    /// future (which takes the Notify's lock) only to register its waker.
-    stop_requested: AtomicBool,
-    /// Why the stream failed to open, for callers whose request arrives after the driver
-    /// stopped taking requests. Written once, on the connect-failure path.
-    connect_error: Mutex<Option<Arc<C::Error>>>,
+    /// Why the driver must stop, as bits ([`Stop`]); set before `stop` is notified, so that the
+    /// driver can tell with one load, on every wake-up, whether it must stop, and poll `stop`'s
+    /// future (which takes the Notify's lock) only to register its waker. `OPENED` and
+    /// `OPEN_TIMED_OUT` exclude each other: whichever of the driver (connect done) and the
+    /// reaper (deadline passed) sets its bit first decides how the opening ended.
+    stop_reasons: AtomicUsize,
+    /// Why the driver stopped taking requests, for callers whose request arrives after it did.
+    /// Written once, before the request channel closes.
+    refusal: Mutex<Option<Refusal<C::Error>>>,
+    /// When the stream was started, in the pool's nanoseconds (for `open_timeout`).
+    started: u64,
+    /// Driver-written: `progress << 1 | busy`, where `busy` says requests are outstanding on
+    /// the wire and `progress` counts wake-ups that received something. Read by the reaper's
+    /// stall check.
+    activity: AtomicU64,
+    /// Reaper-only: the `activity` the last pass saw, and since when (pool nanoseconds) it
+    /// has been seen unchanged and busy.
+    stall_seen: AtomicU64,
+    stall_since: AtomicU64,
 }
 
+/// The bits of [`Incarnation::stop_reasons`].
+struct Stop;
+
+impl Stop {
+    /// The driver's connect finished first (set by the driver).
+    const OPENED: usize = 1;
+    /// The reaper found the stream still opening past `open_timeout` first.
+    const OPEN_TIMED_OUT: usize = 2;
+    /// The reaper retired the idle slot.
+    const REAPED: usize = 4;
+    /// The reaper found the stream stalled.
+    const STALLED: usize = 8;
+}
+
+/// The `busy` bit of [`Incarnation::activity`].
+const BUSY: u64 = 1;
+
 impl<C: Connector> Incarnation<C> {
-    /// Asks the driver to stop (the reaper retired the slot).
-    fn request_stop(&self) {
+    fn new(generation: Generation, requests: mpsc::UnboundedSender<Pending<C>>, now: u64) -> Self {
+        Incarnation {
+            generation,
+            requests,
+            stop: tokio::sync::Notify::new(),
+            stop_reasons: AtomicUsize::new(0),
+            refusal: Mutex::new(None),
+            started: now,
+            activity: AtomicU64::new(0),
+            stall_seen: AtomicU64::new(u64::MAX),
+            stall_since: AtomicU64::new(0),
+        }
+    }
+
+    /// Asks the driver to stop (the reaper retired the slot, or found it stalled).
+    fn request_stop(&self, reason: usize) {
         // Release: pairs with the driver's Acquire load; the Notify wakes it.
-        self.stop_requested.store(true, Ordering::Release);
+        self.stop_reasons.fetch_or(reason, Ordering::AcqRel);
         self.stop.notify_one();
     }
 
-    fn stop_requested(&self) -> bool {
-        self.stop_requested.load(Ordering::Acquire)
+    fn stop_reasons(&self) -> usize {
+        self.stop_reasons.load(Ordering::Acquire)
+    }
+
+    /// The reaper's half of the opening race: marks the stream timed out unless its connect
+    /// already finished. Returns whether it did (and then wakes the driver).
+    fn time_out_open(&self) -> bool {
+        let won = self
+            .stop_reasons
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reasons| {
+                (reasons & (Stop::OPENED | Stop::OPEN_TIMED_OUT) == 0)
+                    .then_some(reasons | Stop::OPEN_TIMED_OUT)
+            })
+            .is_ok();
+        if won {
+            self.stop.notify_one();
+        }
+        won
+    }
+
+    /// The driver's half: marks the connect finished. Returns `false` if the reaper timed the
+    /// opening out first (the stream must not serve).
+    fn opened(&self) -> bool {
+        self.stop_reasons.fetch_or(Stop::OPENED, Ordering::AcqRel) & Stop::OPEN_TIMED_OUT == 0
+    }
+
+    /// The reaper's stall check at `now`: returns whether the stream has been busy with
+    /// nothing received since a pass at least `timeout` ago (and then tells the driver).
+    ///
+    /// A pass that finds the stream idle, or finds its `activity` changed, restarts the count
+    /// from `now`. An unchanged busy `activity` across passes means the stream was busy and
+    /// silent for the whole time between them: nothing received (that bumps `progress`), and
+    /// never idle in between (requests leave the wire only by a response, which is received,
+    /// or with the stream itself).
+    fn check_stall(&self, now: u64, timeout: u64) -> bool {
+        let activity = self.activity.load(Ordering::Acquire);
+        let seen = self.stall_seen.swap(activity, Ordering::Relaxed);
+        if activity & BUSY == 0 || activity != seen {
+            self.stall_since.store(now, Ordering::Relaxed);
+            return false;
+        }
+        if now.saturating_sub(self.stall_since.load(Ordering::Relaxed)) < timeout {
+            return false;
+        }
+        self.request_stop(Stop::STALLED);
+        true
     }
 }
 
@@ -377,6 +606,29 @@ impl<C: Connector> StreamPool<C> {
             wait: WaitState::new(),
             waited: false,
         }
+    }
+
+    /// [`StreamPool::acquire`] for a pool in an `Arc`: the guard owns a handle on the pool's
+    /// shared state instead of borrowing the pool, so it is `'static` and can move into a
+    /// spawned task (as tokio's `Semaphore::acquire_owned`).
+    ///
+    /// Cancel-safe: dropping the future before it resolves takes nothing (it has a single
+    /// await, the acquire's).
+    ///
+    /// # Errors
+    /// As [`StreamPool::acquire`].
+    pub async fn acquire_owned(self: Arc<Self>) -> Result<OwnedStreamGuard<C>, AcquireError> {
+        let guard = self.acquire().await?;
+        Ok(guard.into_owned(&self.shared))
+    }
+
+    /// [`StreamPool::try_acquire`] for a pool in an `Arc`, returning an owned guard (see
+    /// [`StreamPool::acquire_owned`]).
+    ///
+    /// # Errors
+    /// As [`StreamPool::try_acquire`].
+    pub fn try_acquire_owned(self: &Arc<Self>) -> Result<OwnedStreamGuard<C>, TryAcquireError> {
+        Ok(self.try_acquire()?.into_owned(&self.shared))
     }
 
     /// Returns a guard if a stream has room now (or a new stream can be started), without
@@ -406,6 +658,8 @@ impl<C: Connector> StreamPool<C> {
 
     /// [`StreamPool::acquire`] with a deadline `timeout` from now.
     ///
+    /// Cancel-safe as [`StreamPool::acquire`]: a drop at its one await takes nothing.
+    ///
     /// # Errors
     /// [`AcquireError::Timeout`] if no room appears in time (nothing was reserved),
     /// [`AcquireError::Closed`] if the pool closes first.
@@ -420,6 +674,8 @@ impl<C: Connector> StreamPool<C> {
     }
 
     /// [`StreamPool::acquire`] with an absolute deadline.
+    ///
+    /// Cancel-safe as [`StreamPool::acquire`]: a drop at its one await takes nothing.
     ///
     /// # Errors
     /// As [`StreamPool::acquire_timeout`].
@@ -474,8 +730,27 @@ impl<C: Connector> StreamPool<C> {
         }
     }
 
-    /// One reaper pass at `now` on the pool's clock: closes streams idle for at least the idle
-    /// timeout. Returns how many it closed.
+    /// One reaper pass at `now` on the pool's clock (what the background reaper runs every
+    /// `reap_interval`). Returns how many idle streams it closed.
+    ///
+    /// One pass:
+    /// * closes every stream that a **previous** pass found idle (nothing in flight, no
+    ///   acquire since) at least `idle_timeout` before `now`, and notes the time for streams
+    ///   it finds newly idle. Idle time is tracked without a clock on the acquire path, so a
+    ///   single pass never closes a stream it had not seen idle before: after
+    ///   `reap(t0)`, `reap(t0 + idle_timeout)` closes what was idle at `t0`, while a lone
+    ///   `reap(t0 + idle_timeout + 1 s)` only notes it (the background reaper's passes follow
+    ///   one another, so a stream closes between `idle_timeout` and `idle_timeout +
+    ///   reap_interval` after it went idle);
+    /// * fails every stream still opening `open_timeout` after it was started (its callers get
+    ///   [`RequestError::OpenTimeout`]);
+    /// * declares hung every stream that has had requests outstanding and received nothing
+    ///   since a previous pass at least `stall_timeout` before `now` (its requests fail with
+    ///   [`RequestError::Stalled`]);
+    /// * reopens streams up to `min_streams`.
+    ///
+    /// Failing a stream is done by its driver task, so its callers see the error once that
+    /// task runs.
     pub fn reap(&self, now: quanta::Instant) -> usize {
         self.shared.reap(now)
     }
@@ -487,9 +762,15 @@ impl<C: Connector> StreamPool<C> {
             table: self.shared.table.stats(),
             acquires: c.acquires.get(),
             waits: c.waits.get(),
+            completed: c.completed.get(),
+            failed: c.failed.get(),
+            cancelled: c.cancelled.get(),
             spin_ups: c.spin_ups.get(),
             connect_failures: c.connect_failures.get(),
             stream_failures: c.stream_failures.get(),
+            panics: c.panics.get(),
+            open_timeouts: c.open_timeouts.get(),
+            stalls: c.stalls.get(),
             reaps: c.reaps.get(),
             late_responses: c.late_responses.get(),
             unknown_responses: c.unknown_responses.get(),
@@ -533,13 +814,8 @@ impl<C: Connector> Shared<C> {
     /// the acquiring caller's poll with no lock held.
     fn spin_up(self: &Arc<Self>, reservation: Reservation, probe: bool) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let incarnation = Arc::new(Incarnation {
-            generation: reservation.generation(),
-            requests: tx,
-            stop: tokio::sync::Notify::new(),
-            stop_requested: AtomicBool::new(false),
-            connect_error: Mutex::new(None),
-        });
+        let started = self.now_nanos(self.clock.now());
+        let incarnation = Arc::new(Incarnation::new(reservation.generation(), tx, started));
         self.table.with_slot(reservation.index(), |slot| {
             slot.data()
                 .current
@@ -593,7 +869,7 @@ impl<C: Connector> Shared<C> {
                 cell.current.with(|current| {
                     if let Some(incarnation) = current {
                         if incarnation.generation == retired.generation {
-                            incarnation.request_stop();
+                            incarnation.request_stop(Stop::REAPED);
                         }
                     }
                 });
@@ -602,8 +878,48 @@ impl<C: Connector> Shared<C> {
             self.counters.reaps.add(reaped as u64);
             tracing::debug!(reaped, "reaped idle streams");
         }
+        self.check_hung(now_nanos);
         self.top_up();
         reaped
+    }
+
+    /// The hung-peer half of a reaper pass at `now` (pool nanoseconds): tells the driver of
+    /// every stream still opening past `open_timeout`, and of every stream stalled past
+    /// `stall_timeout`, to fail it. Reads each live slot's word and incarnation; takes no
+    /// lock and changes no slot (the drivers do).
+    fn check_hung(&self, now: u64) {
+        let open = self.open_timeout.map(nanos);
+        let stall = self.stall_timeout.map(nanos);
+        if open.is_none() && stall.is_none() {
+            return;
+        }
+        self.table.for_each_slot(|_, slot| {
+            let word = slot.word();
+            let (phase, generation) = (word.phase(), word.generation());
+            if !phase.accepts_reservations() {
+                return;
+            }
+            slot.data().current.with(|current| {
+                let Some(incarnation) = current.as_ref() else {
+                    return;
+                };
+                if incarnation.generation != generation {
+                    return;
+                }
+                // The driver logs and counts what it then does.
+                match (phase, open, stall) {
+                    (Phase::Starting, Some(timeout), _)
+                        if now.saturating_sub(incarnation.started) >= timeout =>
+                    {
+                        incarnation.time_out_open();
+                    }
+                    (Phase::Ready, _, Some(timeout)) => {
+                        incarnation.check_stall(now, timeout);
+                    }
+                    _ => {}
+                }
+            });
+        });
     }
 }
 
@@ -692,10 +1008,17 @@ impl<C: Connector> StreamGuard<'_, C> {
 
     /// Sends `request` on the guard's stream and waits for its response.
     ///
-    /// Cancel-safety: dropping the future before the request reaches the stream's driver gives
-    /// the room back and sends nothing. Dropping it afterwards does **not** cancel the request:
-    /// it is sent, its room stays taken until the response arrives (or the stream ends), and
-    /// the response is discarded and counted as late.
+    /// Cancel-safety, by the await the future is dropped at:
+    /// * while waiting for its stream to be published (a claimer's next step, a few spins or
+    ///   yields): the room goes back at once and nothing is sent;
+    /// * while waiting for the response, with the request still queued because its stream is
+    ///   connecting: the request is never sent, and its room goes back as soon as the stream's
+    ///   driver runs (the drop wakes it);
+    /// * while waiting for the response, once the request was sent: the request is **not**
+    ///   cancelled; its room stays taken until the response arrives (or the stream ends), and
+    ///   the response is discarded and counted as late.
+    ///
+    /// Every call is counted in [`StreamStats`] as completed, failed or cancelled.
     ///
     /// # Errors
     /// See [`RequestError`]; each variant's [`reach`](RequestError::reach) says whether a retry
@@ -704,72 +1027,192 @@ impl<C: Connector> StreamGuard<'_, C> {
         mut self,
         request: C::Request,
     ) -> Result<C::Response, RequestError<C::Error>> {
-        let Some(reservation) = self.reservation else {
-            return Err(RequestError::Closed);
-        };
-        let shared = self.shared;
-        let (reply, response) = oneshot::channel();
-        let mut pending = Pending {
-            request,
-            reply,
-            reservation,
-        };
-        let mut spins = 0u32;
-        loop {
-            match offer(shared, reservation, pending) {
-                Offer::Sent => break,
-                // The driver has stopped taking requests: the stream failed to open, or ended,
-                // before we got in. Nothing was sent either way; our unit of load is still in
-                // `self.reservation`, and dropping the guard gives it back.
-                Offer::Refused(Some(source)) => return Err(RequestError::Connect { source }),
-                Offer::Refused(None) | Offer::Gone => {
-                    return Err(RequestError::StreamEnded {
-                        reach: Reach::NotSent,
-                        source: None,
-                    })
-                }
-                Offer::Unpublished(returned) => pending = returned,
-            }
-            // Our unit of load keeps the incarnation alive, so it can only be unpublished yet
-            // (a claimer's CAS comes just before its publication), unless its claimer was
-            // refused by the breaker and drained it unpublished.
-            match shared.table.word(reservation.index()) {
-                Some(word)
-                    if word.generation() == reservation.generation()
-                        && word.phase().accepts_reservations() => {}
-                _ => {
-                    return Err(RequestError::StreamEnded {
-                        reach: Reach::NotSent,
-                        source: None,
-                    })
-                }
-            }
-            spins += 1;
-            if spins < 64 {
-                spin();
-            } else {
-                tokio::task::yield_now().await;
-            }
-        }
-        // The driver owns the unit of load now. No await since the send.
-        self.reservation = None;
-        match response.await {
-            Ok(result) => result,
-            // The driver was stopped (pool dropped) with our request in its hands.
-            Err(_) => Err(RequestError::StreamEnded {
-                reach: Reach::MaybeApplied,
-                source: None,
-            }),
+        send_on(self.shared, &mut self.reservation, request).await
+    }
+
+    /// Moves the guard's room into an owned guard on the same pool.
+    fn into_owned(mut self, shared: &Arc<Shared<C>>) -> OwnedStreamGuard<C> {
+        OwnedStreamGuard {
+            shared: Arc::clone(shared),
+            reservation: self.reservation.take(),
         }
     }
+}
+
+impl<C: Connector> Drop for StreamGuard<'_, C> {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            self.shared.table.release(reservation);
+        }
+    }
+}
+
+impl<C: Connector> fmt::Debug for StreamGuard<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamGuard")
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}
+
+/// [`StreamGuard`] that owns a handle on the pool's shared state instead of borrowing the
+/// pool, so it is `'static` (from [`StreamPool::acquire_owned`]). It does not keep the pool
+/// running: once the pool is dropped, its send fails as not sent.
+#[must_use = "dropping the guard gives its room back at once"]
+pub struct OwnedStreamGuard<C: Connector> {
+    shared: Arc<Shared<C>>,
+    /// `None` once handed to a driver or released.
+    reservation: Option<Reservation>,
+}
+
+impl<C: Connector> OwnedStreamGuard<C> {
+    /// The slot index of the stream this guard has room on (lower is older and busier).
+    pub fn stream_index(&self) -> Option<usize> {
+        self.reservation.map(|r| r.index())
+    }
+
+    /// Sends `request` on the guard's stream and waits for its response; as
+    /// [`StreamGuard::send`], cancel-safety included.
+    ///
+    /// # Errors
+    /// See [`RequestError`].
+    pub async fn send(
+        mut self,
+        request: C::Request,
+    ) -> Result<C::Response, RequestError<C::Error>> {
+        send_on(&self.shared, &mut self.reservation, request).await
+    }
+}
+
+impl<C: Connector> Drop for OwnedStreamGuard<C> {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            self.shared.table.release(reservation);
+        }
+    }
+}
+
+impl<C: Connector> fmt::Debug for OwnedStreamGuard<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedStreamGuard")
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}
+
+/// Counts how a send ended: completed, failed, or (dropped before either) cancelled.
+struct Tally<'a> {
+    counters: &'a Counters,
+    settled: bool,
+}
+
+impl<'a> Tally<'a> {
+    fn new(counters: &'a Counters) -> Self {
+        Tally {
+            counters,
+            settled: false,
+        }
+    }
+
+    fn settle<T, E>(mut self, result: Result<T, E>) -> Result<T, E> {
+        self.settled = true;
+        match &result {
+            Ok(_) => self.counters.completed.incr(),
+            Err(_) => self.counters.failed.incr(),
+        }
+        result
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.counters.cancelled.incr();
+        }
+    }
+}
+
+/// The send of both guards: hands `request` with the unit in `held` to its stream's driver and
+/// waits for the answer. `held` stays the guard's until the driver has the request, so a drop
+/// before that gives the room back through the guard's `Drop`.
+async fn send_on<C: Connector>(
+    shared: &Shared<C>,
+    held: &mut Option<Reservation>,
+    request: C::Request,
+) -> Result<C::Response, RequestError<C::Error>> {
+    let tally = Tally::new(&shared.counters);
+    let Some(reservation) = *held else {
+        return tally.settle(Err(RequestError::Closed));
+    };
+    let (reply, response) = oneshot::channel();
+    let mut pending = Pending {
+        request,
+        reply,
+        reservation,
+    };
+    let mut spins = 0u32;
+    loop {
+        match offer(shared, reservation, pending) {
+            Offer::Sent => break,
+            // The driver has stopped taking requests: the stream failed to open, or ended,
+            // before we got in. Nothing was sent either way; our unit of load is still in
+            // `held`, and dropping the guard gives it back.
+            Offer::Refused(refusal) => {
+                return tally.settle(Err(refusal.map_or(
+                    RequestError::StreamEnded {
+                        reach: Reach::NotSent,
+                        source: None,
+                    },
+                    |refusal| refusal.error(Reach::NotSent),
+                )))
+            }
+            Offer::Gone => {
+                return tally.settle(Err(RequestError::StreamEnded {
+                    reach: Reach::NotSent,
+                    source: None,
+                }))
+            }
+            Offer::Unpublished(returned) => pending = returned,
+        }
+        // Our unit of load keeps the incarnation alive, so it can only be unpublished yet
+        // (a claimer's CAS comes just before its publication), unless its claimer was
+        // refused by the breaker and drained it unpublished.
+        match shared.table.word(reservation.index()) {
+            Some(word)
+                if word.generation() == reservation.generation()
+                    && word.phase().accepts_reservations() => {}
+            _ => {
+                return tally.settle(Err(RequestError::StreamEnded {
+                    reach: Reach::NotSent,
+                    source: None,
+                }))
+            }
+        }
+        spins += 1;
+        if spins < 64 {
+            spin();
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+    // The driver owns the unit of load now. No await since the send.
+    *held = None;
+    tally.settle(match response.await {
+        Ok(result) => result,
+        // The driver was stopped (pool dropped) with our request in its hands.
+        Err(_) => Err(RequestError::StreamEnded {
+            reach: Reach::MaybeApplied,
+            source: None,
+        }),
+    })
 }
 
 /// What became of a request offered to a reservation's incarnation.
 enum Offer<C: Connector> {
     /// Queued for the driver, which owns its unit of load from now on.
     Sent,
-    /// The driver stopped taking requests (with the connect error, if that is why).
-    Refused(Option<Arc<C::Error>>),
+    /// The driver stopped taking requests (with why, if it said).
+    Refused(Option<Refusal<C::Error>>),
     /// The incarnation is not published yet: the request comes back to be offered again.
     Unpublished(Pending<C>),
     /// The slot is gone (the request was dropped with nothing sent).
@@ -791,27 +1234,11 @@ fn offer<C: Connector>(
                 Some(incarnation) if incarnation.generation == reservation.generation() => {
                     match incarnation.requests.send(pending) {
                         Ok(()) => Offer::Sent,
-                        Err(_) => Offer::Refused(incarnation.connect_error.lock().clone()),
+                        Err(_) => Offer::Refused(incarnation.refusal.lock().clone()),
                     }
                 }
                 _ => Offer::Unpublished(pending),
             })
         })
         .unwrap_or(Offer::Gone)
-}
-
-impl<C: Connector> Drop for StreamGuard<'_, C> {
-    fn drop(&mut self) {
-        if let Some(reservation) = self.reservation.take() {
-            self.shared.table.release(reservation);
-        }
-    }
-}
-
-impl<C: Connector> fmt::Debug for StreamGuard<'_, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamGuard")
-            .field("reservation", &self.reservation)
-            .finish()
-    }
 }

@@ -66,14 +66,20 @@
 //!
 //! # Growth
 //!
-//! A bounded table allocates all its slots up front. An unbounded table starts with one
-//! segment and, when a reserver finds neither room nor a vacant slot, grows by a segment as
-//! large as all before it (so the number of segments stays logarithmic). Segments are
-//! published whole through `arc-swap` and never freed before the table: **a live slot never
-//! moves**. The first segment is stored inline, so a table that never grew reads no published
-//! pointer on its hot path. A reservation packs the slot index in 32 bits, so an unbounded
-//! table stops at [`MAX_GROWN_SLOTS`] (2³² slots, far more memory than any machine has): a
-//! growth beyond it panics rather than hand out an index that would not fit.
+//! Memory follows what is used, not the bound. Every table starts with one segment (a
+//! bounded table of at most [`FIRST_BOUNDED_SEGMENT`] slots has them all there) and, when a
+//! reserver finds neither room nor a vacant slot, grows by a segment as large as all before it
+//! (so the number of segments stays logarithmic); a bounded table's last segment is cut to
+//! its capacity, and a reserver that finds a bounded table full at its capacity gets nothing
+//! (a waiter waits), exactly as if every slot had been there from the start. Growth is
+//! serialised by a lock that only growers take; the check that the table is already at its
+//! capacity reads the published segments without it, so a full bounded table costs its
+//! reservers no lock. Segments are published whole through `arc-swap` and never freed before
+//! the table: **a live slot never moves**. The first segment is stored inline, so a table that
+//! never grew reads no published pointer on its hot path. A reservation packs the slot index
+//! in 32 bits, so an unbounded table stops at [`MAX_GROWN_SLOTS`] (2³² slots, far more memory
+//! than any machine has): a growth beyond it panics rather than hand out an index that would
+//! not fit.
 //!
 //! # Idle tracking without a clock on the hot path
 //!
@@ -95,7 +101,7 @@ use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::{Gate, WaitState};
-use crate::sync::{spin, trace_transition, Mutex, Ordering, Published};
+use crate::sync::{spin, trace_transition, Ordering};
 
 mod segment;
 mod word;
@@ -122,6 +128,15 @@ const WORD_BITS: usize = 64;
 const FIRST_SEGMENT: usize = 64;
 #[cfg(slotpool_loom)]
 const FIRST_SEGMENT: usize = 2;
+
+/// The most slots a bounded table allocates at creation; a larger one grows in segments as it
+/// fills (128 KiB of slots, so the hot path of any pool up to a thousand resources never
+/// leaves the inline segment; 2 under loom, so the models reach growth).
+#[cfg(not(slotpool_loom))]
+pub const FIRST_BOUNDED_SEGMENT: usize = 1024;
+/// The most slots a bounded table allocates at creation (loom build: 2).
+#[cfg(slotpool_loom)]
+pub const FIRST_BOUNDED_SEGMENT: usize = 2;
 
 /// How many times a non-waiting reservation rescans after crossing another caller's
 /// transition before it reports no capacity.
@@ -152,7 +167,8 @@ pub struct Retired {
 /// A snapshot of a table, for statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableStats {
-    /// Slots allocated (capacity for a bounded table).
+    /// Slots allocated so far (a bounded table allocates in segments as it fills, up to its
+    /// capacity).
     pub slots: usize,
     /// Slots in each phase.
     pub empty: usize,
@@ -175,11 +191,13 @@ pub struct TableStats {
 pub struct SlotTable<T = ()> {
     /// Per-slot cap on load. INVARIANT: every slot word's load is `<= max_load`.
     max_load: u32,
-    /// `Some(n)`: exactly `n` slots, allocated up front. `None`: unbounded, grows.
+    /// `Some(n)`: at most `n` slots. `None`: unbounded. Either way slots are allocated in
+    /// segments as the table fills.
     capacity: Option<usize>,
-    /// The first segment (all slots, for a bounded table).
+    /// The first segment (all slots, for a bounded table of at most
+    /// [`FIRST_BOUNDED_SEGMENT`]).
     base: Segment<T>,
-    /// Later segments of an unbounded table.
+    /// Later segments; `None` for a table that can never grow (bounded, all in `base`).
     grown: Option<Grown<T>>,
     /// Waiters for capacity.
     gate: Gate,
@@ -188,7 +206,8 @@ pub struct SlotTable<T = ()> {
 /// How a [`SlotTable`] is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capacity {
-    /// Exactly this many slots; reservers wait when all are full.
+    /// At most this many slots (allocated as they are needed); reservers wait when all are
+    /// full.
     Bounded(usize),
     /// Grows by segments whenever every slot is full; reservers never wait.
     Unbounded,
@@ -220,15 +239,11 @@ impl<T: Default> SlotTable<T> {
                     max: MAX_SLOTS as u64,
                 })
             }
-            Capacity::Bounded(n) => (n, Some(n), None),
-            Capacity::Unbounded => (
-                FIRST_SEGMENT,
-                None,
-                Some(Grown {
-                    segments: Published::new(Vec::new()),
-                    lock: Mutex::new(()),
-                }),
-            ),
+            Capacity::Bounded(n) => {
+                let first = n.min(FIRST_BOUNDED_SEGMENT);
+                (first, Some(n), (n > first).then(Grown::new))
+            }
+            Capacity::Unbounded => (FIRST_SEGMENT, None, Some(Grown::new())),
         };
         Ok(Self {
             max_load,
@@ -343,21 +358,34 @@ impl<T> SlotTable<T> {
     }
 
     /// Claims the lowest Empty slot (Empty → Starting, load 1) without joining any slot that
-    /// has room and without growing: for owners that keep a minimum number of resources open.
-    pub fn try_claim_vacant(&self) -> Option<Reservation> {
-        if self.gate.is_closed() {
-            return None;
+    /// has room, growing the table if every allocated slot is live: for owners that keep a
+    /// minimum number of resources open. `None` when the table is closed or every slot up to
+    /// its capacity is live.
+    pub fn try_claim_vacant(&self) -> Option<Reservation>
+    where
+        T: Default,
+    {
+        loop {
+            if self.gate.is_closed() {
+                return None;
+            }
+            let mut scan = Scan::default();
+            if let Some(r) = self.claim_in(&self.base, &mut scan, false) {
+                return Some(r);
+            }
+            let grown = self.grown.as_ref()?;
+            let claimed = grown.segments.with(|segments| {
+                segments
+                    .iter()
+                    .find_map(|s| self.claim_in(s, &mut scan, false))
+            });
+            if claimed.is_some() {
+                return claimed;
+            }
+            if !self.grow(grown) {
+                return None;
+            }
         }
-        let mut scan = Scan::default();
-        if let Some(r) = self.claim_in(&self.base, &mut scan, false) {
-            return Some(r);
-        }
-        let grown = self.grown.as_ref()?;
-        grown.segments.with(|segments| {
-            segments
-                .iter()
-                .find_map(|s| self.claim_in(s, &mut scan, false))
-        })
     }
 
     /// Waits for one unit of load (see [`SlotTable::try_reserve`] for where it comes from).
@@ -439,7 +467,10 @@ impl<T> SlotTable<T> {
                 return Some(reservation);
             }
             let grown = self.grown.as_ref()?;
-            self.grow(grown);
+            if !self.grow(grown) {
+                // A bounded table at its capacity with every slot full.
+                return None;
+            }
         }
     }
 

@@ -1,8 +1,8 @@
 //! Where the slots live: segments of cache-padded slots with their two hint bitmaps (room and
 //! vacancy), the segment list an unbounded table grows, and the table's access to both.
 //!
-//! A bounded table is one segment allocated at build; an unbounded one starts with one and
-//! grows by a segment as large as all before it, published whole, so a live slot never moves.
+//! A table starts with one segment and grows by a segment as large as all before it (a bounded
+//! table's last one cut to its capacity), published whole, so a live slot never moves.
 //! The hint rules (set after gaining capacity, re-check after clearing) are told in the parent
 //! module; the functions that apply them are here.
 
@@ -99,7 +99,7 @@ impl<T> Segment<T> {
     }
 }
 
-/// The segments an unbounded table grew, published whole.
+/// The segments a table grew, published whole.
 pub(super) struct Grown<T> {
     /// Segments after the inline first one, in index order. Only ever appended to.
     pub(super) segments: Published<Vec<Arc<Segment<T>>>>,
@@ -107,36 +107,64 @@ pub(super) struct Grown<T> {
     pub(super) lock: Mutex<()>,
 }
 
+impl<T> Grown<T> {
+    pub(super) fn new() -> Self {
+        Grown {
+            segments: Published::new(Vec::new()),
+            lock: Mutex::new(()),
+        }
+    }
+}
+
 impl<T> SlotTable<T> {
-    /// Adds a segment as large as the table so far, unless someone else already did.
+    /// Slots allocated in `segments` and the inline first segment.
+    fn allocated(&self, segments: &[Arc<Segment<T>>]) -> usize {
+        self.base.len() + segments.iter().map(|s| s.len()).sum::<usize>()
+    }
+
+    /// Adds a segment as large as the table so far (a bounded table's cut to its capacity),
+    /// unless someone else already added room. Returns `false`, adding nothing, when a bounded
+    /// table already has all its slots: the caller found them full and gives up (or waits).
     ///
     /// # Panics
-    /// If the table would grow past [`MAX_GROWN_SLOTS`].
-    pub(super) fn grow(&self, grown: &Grown<T>)
+    /// If an unbounded table would grow past [`MAX_GROWN_SLOTS`].
+    pub(super) fn grow(&self, grown: &Grown<T>) -> bool
     where
         T: Default,
     {
+        let limit = self.capacity.unwrap_or(MAX_GROWN_SLOTS);
+        // A full bounded table is the common case here (every reserver of a saturated pool
+        // comes by): answer it without the lock. The segment list only grows, so a table seen
+        // at its capacity stays there.
+        if self.capacity.is_some() && grown.segments.with(|s| self.allocated(s)) >= limit {
+            return false;
+        }
         let _serialised = grown.lock.lock();
         let current = grown.segments.load_full();
-        let total: usize = self.base.len() + current.iter().map(|s| s.len()).sum::<usize>();
+        let total = self.allocated(&current);
         // Another grower may have added room while we waited for the lock; growing again is
         // harmless (the new slots stay Empty and vacant) but wasteful, so look first.
         let has_vacancy = std::iter::once(&self.base)
             .chain(current.iter().map(|s| &**s))
             .any(|s| s.vacant.iter().any(|w| w.load(Ordering::SeqCst) != 0));
         if has_vacancy {
-            return;
+            return true;
         }
-        assert!(
-            total * 2 <= MAX_GROWN_SLOTS,
-            "slot table cannot grow past {MAX_GROWN_SLOTS} slots"
-        );
+        if total >= limit {
+            assert!(
+                self.capacity.is_some(),
+                "slot table cannot grow past {MAX_GROWN_SLOTS} slots"
+            );
+            return false;
+        }
+        let len = total.min(limit - total);
         let mut next: Vec<Arc<Segment<T>>> = current.iter().cloned().collect();
-        next.push(Arc::new(Segment::new(total, total)));
+        next.push(Arc::new(Segment::new(total, len)));
         grown.segments.store(Arc::new(next));
-        trace_transition!("slots: grew to {} slots", total * 2);
-        // New vacancy: a waiter cannot exist on an unbounded table, but keep the rule.
+        trace_transition!("slots: grew to {} slots", total + len);
+        // New vacancy (rule 1): a waiter of a bounded table may be asleep on a full one.
         self.gate.notify_one();
+        true
     }
 
     /// [`SlotTable::clear_hint`] on the room bitmap, out of line: the hot paths only reach it
@@ -256,5 +284,70 @@ impl<T> SlotTable<T> {
                 }
             });
         }
+    }
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::super::{Capacity, SlotTable, FIRST_BOUNDED_SEGMENT};
+    use crate::error::TryAcquireError;
+
+    /// A bounded table allocates its first segment, then doubles as it fills, the last
+    /// segment cut to its capacity; a full table at its capacity refuses, and a retired slot
+    /// is claimed again before anything grows.
+    #[test]
+    fn a_bounded_table_grows_to_its_capacity_as_it_fills() {
+        let capacity = FIRST_BOUNDED_SEGMENT * 2 + 5;
+        let table = SlotTable::<()>::new(Capacity::Bounded(capacity), 1).unwrap();
+        assert_eq!(table.stats().slots, FIRST_BOUNDED_SEGMENT);
+        let mut held: Vec<_> = (0..FIRST_BOUNDED_SEGMENT)
+            .map(|_| table.try_reserve().unwrap())
+            .collect();
+        assert_eq!(table.stats().slots, FIRST_BOUNDED_SEGMENT);
+        held.push(table.try_reserve().unwrap());
+        assert_eq!(table.stats().slots, FIRST_BOUNDED_SEGMENT * 2);
+        while held.len() < capacity {
+            held.push(table.try_reserve().unwrap());
+        }
+        assert_eq!(table.stats().slots, capacity, "the last segment is cut");
+        assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+        let indices: std::collections::BTreeSet<usize> = held.iter().map(|r| r.index()).collect();
+        assert_eq!(indices.len(), capacity, "every slot once");
+        assert_eq!(indices.last(), Some(&(capacity - 1)));
+        let last = held.pop().unwrap();
+        assert!(table.begin_drain(last.index(), last.generation()).is_some());
+        assert!(table.release(last));
+        let again = table.try_reserve().unwrap();
+        assert_eq!((again.index(), again.claimed()), (capacity - 1, true));
+        assert_eq!(table.stats().slots, capacity);
+    }
+
+    /// A small bounded table is all in its first segment and never grows.
+    #[test]
+    fn a_small_bounded_table_is_allocated_whole() {
+        let table = SlotTable::<()>::new(Capacity::Bounded(3), 2).unwrap();
+        assert_eq!(table.stats().slots, 3);
+        let held: Vec<_> = (0..6).map(|_| table.try_reserve().unwrap()).collect();
+        assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
+        assert_eq!(table.stats().slots, 3);
+        drop(held);
+    }
+
+    /// Claiming vacancies on purpose (a pool's minimum) grows the table too, up to its
+    /// capacity.
+    #[test]
+    fn claiming_vacancies_grows_up_to_the_capacity() {
+        let capacity = FIRST_BOUNDED_SEGMENT + 3;
+        let table = SlotTable::<()>::new(Capacity::Bounded(capacity), 4).unwrap();
+        let claimed: Vec<_> = std::iter::from_fn(|| table.try_claim_vacant()).collect();
+        assert_eq!(claimed.len(), capacity);
+        assert!(claimed.iter().all(|r| r.claimed()));
+        assert_eq!(table.stats().slots, capacity);
+        let unbounded = SlotTable::<()>::new(Capacity::Unbounded, 4).unwrap();
+        let opened: Vec<_> = (0..100).map(|_| unbounded.try_claim_vacant()).collect();
+        assert!(
+            opened.iter().all(Option::is_some),
+            "an unbounded table grows"
+        );
     }
 }
