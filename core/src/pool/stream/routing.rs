@@ -39,9 +39,14 @@ pub(super) struct Routing<C: StreamConnector> {
     in_order: VecDeque<InFlight<C>>,
 }
 
+/// Where a request's outcome goes.
+type Reply<C> = oneshot::Sender<
+    Result<<C as StreamConnector>::Response, RequestError<<C as StreamConnector>::Error>>,
+>;
+
 /// A request on the wire: where its response goes, and the load it holds until then.
 struct InFlight<C: StreamConnector> {
-    reply: oneshot::Sender<Result<C::Response, RequestError<C::Error>>>,
+    reply: Reply<C>,
     reservation: Reservation,
 }
 
@@ -195,14 +200,7 @@ impl<C: StreamConnector> Routing<C> {
 
     /// Takes every request still on the wire, to be failed (as maybe applied) with its unit
     /// released by the caller; the routing is empty afterwards.
-    pub(super) fn drain(
-        &mut self,
-    ) -> impl Iterator<
-        Item = (
-            oneshot::Sender<Result<C::Response, RequestError<C::Error>>>,
-            Reservation,
-        ),
-    > + '_ {
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = (Reply<C>, Reservation)> + '_ {
         let by_id = self.by_id.drain().map(|(_, entry)| entry);
         self.in_order
             .drain(..)
@@ -211,11 +209,7 @@ impl<C: StreamConnector> Routing<C> {
     }
 
     /// Fails one request that did not go on the wire (the outbound half is gone).
-    fn refuse_unsent(
-        shared: &Shared<C>,
-        reply: oneshot::Sender<Result<C::Response, RequestError<C::Error>>>,
-        reservation: Reservation,
-    ) {
+    fn refuse_unsent(shared: &Shared<C>, reply: Reply<C>, reservation: Reservation) {
         shared.table.release(reservation);
         let _ = reply.send(Err(RequestError::StreamEnded {
             reach: Reach::NotSent,
