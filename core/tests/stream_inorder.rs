@@ -260,13 +260,14 @@ async fn four_requests_on_the_wire_are_answered_to_their_callers_in_order() {
     );
 }
 
-/// Three requests on the wire, the middle one cancelled: its response is still consumed in
-/// its turn and discarded (the third caller gets the third answer, not the second), and its
-/// unit of depth stays taken until then.
+/// Three requests on the wire, the middle one cancelled, then a fourth sent behind them: the
+/// cancelled one's response is still consumed in its turn and discarded (the third caller gets
+/// the third answer, not the second), and its unit of depth stays taken until then, even as
+/// more requests go out.
 #[tokio::test(flavor = "current_thread")]
 async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() {
     let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 3);
+    let pool = peer.pool(1, 4);
     let a = queue(&pool, 1).await;
     let b = queue(&pool, 2).await;
     let c = queue(&pool, 3).await;
@@ -275,10 +276,11 @@ async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() 
         assert_eq!(stream.next_ask().await, Ask(body), "sent in order");
     }
     drop(b);
-    common::run_spawned().await;
+    let d = queue(&pool, 4).await;
+    assert_eq!(stream.next_ask().await, Ask(4));
     assert_eq!(
         in_flight(&pool),
-        3,
+        4,
         "the cancelled request still holds its depth"
     );
     assert_eq!(
@@ -288,7 +290,7 @@ async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() 
     );
     stream.answer(10);
     assert_eq!(outcome(a).await.expect("answered"), Answer(10));
-    assert_eq!(in_flight(&pool), 2);
+    assert_eq!(in_flight(&pool), 3);
     stream.answer(20);
     settle_until("the cancelled request's response is consumed", || {
         pool.stats().late_responses == 1
@@ -296,17 +298,15 @@ async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() 
     .await;
     assert_eq!(
         in_flight(&pool),
-        1,
+        2,
         "its depth comes back with its response"
     );
-    let d = queue(&pool, 4).await;
     stream.answer(30);
     assert_eq!(
         outcome(c).await.expect("answered"),
         Answer(30),
         "not the cancelled one's"
     );
-    assert_eq!(stream.next_ask().await, Ask(4));
     stream.answer(40);
     assert_eq!(outcome(d).await.expect("answered"), Answer(40));
     let stats = pool.stats();
