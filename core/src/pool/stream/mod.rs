@@ -473,7 +473,9 @@ pub struct StreamStats {
     pub reaps: u64,
     /// Responses whose caller had gone (cancelled); discarded.
     pub late_responses: u64,
-    /// Responses with an id no caller was waiting for; discarded.
+    /// Responses no request was waiting for; discarded. By id: an id no request on the stream
+    /// carries. In order: a response with nothing outstanding, which also closes the stream
+    /// (see [`Correlation::InOrder`]).
     pub unknown_responses: u64,
     /// Acquires refused because the circuit breaker was open.
     pub breaker_rejections: u64,
