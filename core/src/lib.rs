@@ -15,7 +15,7 @@
 //! | layer | file | what it owns |
 //! | --- | --- | --- |
 //! | ground | `sync.rs` | the one place that names atomics, locks, `Arc`, `UnsafeCell` and spins; loom's under `--cfg slotpool_loom` |
-//! | ground | `panic.rs` | [`panic`]: containing panics of user code where a pool calls or polls it |
+//! | ground | `panic.rs` | [`panic`](mod@panic): containing panics of user code where a pool calls or polls it |
 //! | ground | `error.rs` | [`ConfigError`], [`AcquireError`], [`Reach`]: typed errors that say whether a retry is safe |
 //! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps and growth |
 //! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path |
@@ -26,7 +26,7 @@
 //! | protocol | `protocol/breaker.rs` | [`breaker`]: a consecutive-failure circuit breaker with one half-open probe |
 //! | pool | `pool/settings.rs` | the settings every pool shares (idle timeout, reaping, clock, breaker) and their setters |
 //! | pool | `pool/reap.rs` | the background reaper task every pool runs around its plain `reap(now)` |
-//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, `driver.rs` a stream's task, `routing.rs` where its responses go (by id or in order), `builder.rs` |
+//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, guards and the reaper's hung-peer checks, `driver.rs` a stream's task and its failures (panics of user code, timeouts), `routing.rs` where its responses go (by id or in order), `builder.rs` the settings |
 //! | pool | `pool/channel.rs` | [`channel`]: shared lazy channels (R1), on the shared cell |
 //! | pool | `pool/client.rs` | [`client`]: exclusive clients over channels (R1), on the exclusive cell |
 //! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission, `route.rs` the key tables, `builder.rs`, `error.rs` |

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::stream::{round_trip, Req, Script};
+use common::stream::{answer_on_new_stream, outcome, round_trip, Req, Script};
 use common::{poll_once, settle, settle_until, MockTime, ReapByHand};
 use slotpool::stream::RequestError;
 use slotpool::{Reach, TryAcquireError};
@@ -41,7 +41,7 @@ async fn a_stream_still_opening_after_open_timeout_fails_its_callers_not_sent() 
     assert!(poll_once(send.as_mut()).is_pending(), "not yet");
     time.advance(Duration::from_nanos(1));
     pool.reap(time.now());
-    match send.await {
+    match outcome("the open timeout fails the caller", send).await {
         Err(RequestError::OpenTimeout { timeout }) => assert_eq!(timeout, 5 * SECOND),
         other => panic!("expected an open timeout, got {other:?}"),
     }
@@ -187,7 +187,7 @@ async fn a_peer_that_never_answers_is_declared_stalled_and_the_pool_recovers() {
     assert!(poll_once(waiting.as_mut()).is_pending(), "not yet");
     time.advance(Duration::from_nanos(1));
     pool.reap(time.now());
-    match waiting.await {
+    match outcome("the stall fails the waiting caller", waiting).await {
         Err(error @ RequestError::Stalled { .. }) => {
             assert_eq!(error.reach(), Reach::MaybeApplied)
         }
@@ -237,7 +237,7 @@ async fn a_response_restarts_the_stall_count_and_an_idle_stream_never_stalls() {
     time.advance(SECOND);
     pool.reap(time.now());
     assert!(matches!(
-        b.await.unwrap_err(),
+        outcome("5 s of silence is a stall", b).await.unwrap_err(),
         RequestError::Stalled {
             reach: Reach::MaybeApplied,
             ..
@@ -246,16 +246,12 @@ async fn a_response_restarts_the_stall_count_and_an_idle_stream_never_stalls() {
     settle(|| pool.stats().table.empty == 1).await;
     let _ = second;
     // A new, idle stream: quiet for a long time with nothing outstanding.
-    let guard = pool.acquire().await.unwrap();
-    let mut c = pin!(guard.send(Req::new(3)));
-    assert!(poll_once(c.as_mut()).is_pending());
-    let mut server = streams.recv().await.unwrap();
-    let third = server.next_request().await.unwrap();
-    server.respond(third.id.unwrap(), 3);
-    assert_eq!(c.await.unwrap().body, 3);
+    let (_server, _) = answer_on_new_stream(&pool, &mut streams, 3).await;
     for _ in 0..10 {
         pool.reap(time.now());
         time.advance(100 * SECOND);
+        // Let a driver told to stop do so before looking.
+        common::run_spawned().await;
     }
     assert_eq!(pool.stats().stalls, 1);
     assert_eq!(pool.stats().table.ready, 1);

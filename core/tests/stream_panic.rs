@@ -11,10 +11,29 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::logs::capture_logs;
-use common::stream::{quiet_injected_panics, round_trip, Req, Script, INJECTED};
+use common::stream::{
+    answer_on_new_stream, quiet_injected_panics, round_trip, Req, Script, INJECTED,
+};
 use common::{poll_once, settle, settle_until, MockTime, ReapByHand};
 use slotpool::stream::RequestError;
 use slotpool::{BreakerState, Reach};
+
+/// Every test here starts with this: injected panics stay off stderr, and a global subscriber
+/// that writes nowhere is installed once. tracing caches per callsite whether anyone listens;
+/// without a global subscriber, a callsite first reached on another test's thread can be
+/// cached as unheard while this test's thread-local capture is being set up, and its events
+/// then never reach the capture.
+fn setup() {
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    quiet_injected_panics();
+    GLOBAL.call_once(|| {
+        let sink = tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(sink);
+    });
+}
 
 /// The error is a contained panic with `reach`, carrying the injected message.
 fn assert_panicked(error: &RequestError<common::stream::TestError>, reach: Reach) {
@@ -33,7 +52,7 @@ fn assert_panicked(error: &RequestError<common::stream::TestError>, reach: Reach
 /// that works.
 #[tokio::test(flavor = "current_thread")]
 async fn a_connect_future_that_panics_fails_its_callers_not_sent_and_the_slot_is_reused() {
-    quiet_injected_panics();
+    setup();
     let (logs, _logging) = capture_logs();
     let (script, _) = Script::echo();
     script.faults().panic_connects.store(1, Ordering::SeqCst);
@@ -59,7 +78,7 @@ async fn a_connect_future_that_panics_fails_its_callers_not_sent_and_the_slot_is
 /// A connect that panics in the call itself, before any future exists: the same containment.
 #[tokio::test(flavor = "current_thread")]
 async fn a_connect_call_that_panics_is_contained_too() {
-    quiet_injected_panics();
+    setup();
     let (script, _) = Script::echo();
     script.faults().panic_calls.store(1, Ordering::SeqCst);
     let pool = script.pool(1, 2);
@@ -85,7 +104,7 @@ async fn a_connect_call_that_panics_is_contained_too() {
 /// is never polled again, the slot retires and a new stream serves.
 #[tokio::test(flavor = "current_thread")]
 async fn an_inbound_half_that_panics_fails_sent_requests_maybe_applied_and_queued_ones_not_sent() {
-    quiet_injected_panics();
+    setup();
     let (logs, _logging) = capture_logs();
     let (script, mut streams) = Script::manual();
     let pool = script.pool(1, 4);
@@ -109,21 +128,15 @@ async fn an_inbound_half_that_panics_fails_sent_requests_maybe_applied_and_queue
     assert_eq!(stats.table.in_flight, 0);
     assert!(logs.text().contains("stream inbound"));
     // A new stream opens in the same slot and serves.
-    let guard = pool.acquire().await.unwrap();
-    assert_eq!(guard.stream_index(), Some(0));
-    let mut again = pin!(guard.send(Req::new(3)));
-    assert!(poll_once(again.as_mut()).is_pending());
-    let mut server = streams.recv().await.unwrap();
-    let request = server.next_request().await.unwrap();
-    server.respond(request.id.unwrap(), 30);
-    assert_eq!(again.await.unwrap().body, 30);
+    let (_server, index) = answer_on_new_stream(&pool, &mut streams, 3).await;
+    assert_eq!(index, Some(0));
 }
 
 /// An inbound half whose destructor panics, dropped when its stream ends and when the reaper
 /// closes it: contained, logged and counted each time; the pool goes on serving.
 #[tokio::test(flavor = "current_thread")]
 async fn an_inbound_half_whose_drop_panics_is_contained() {
-    quiet_injected_panics();
+    setup();
     let time = MockTime::new();
     let (logs, _logging) = capture_logs();
     let (script, mut streams) = Script::manual();
@@ -148,13 +161,7 @@ async fn an_inbound_half_whose_drop_panics_is_contained() {
     settle(|| pool.stats().table.empty == 1).await;
     assert_eq!(script.faults().injected(), 1);
     // The reaper closes the next stream: dropped again.
-    let guard = pool.acquire().await.unwrap();
-    let mut send = pin!(guard.send(Req::new(2)));
-    assert!(poll_once(send.as_mut()).is_pending());
-    let mut server = streams.recv().await.unwrap();
-    let request = server.next_request().await.unwrap();
-    server.respond(request.id.unwrap(), 2);
-    assert_eq!(send.await.unwrap().body, 2);
+    let (_server, _) = answer_on_new_stream(&pool, &mut streams, 2).await;
     settle(|| pool.stats().table.ready == 1).await;
     pool.reap(time.now());
     time.advance(Duration::from_secs(2));
@@ -169,7 +176,7 @@ async fn an_inbound_half_whose_drop_panics_is_contained() {
 /// A request whose id accessor panics fails alone, not sent; the stream goes on serving.
 #[tokio::test(flavor = "current_thread")]
 async fn a_request_id_accessor_that_panics_fails_only_that_request() {
-    quiet_injected_panics();
+    setup();
     let (script, _) = Script::echo();
     let pool = script.pool(1, 4);
     round_trip(&pool, 1).await;
@@ -194,7 +201,7 @@ async fn a_request_id_accessor_that_panics_fails_only_that_request() {
 /// instead of staying half-open for ever, and a later probe closes it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_panicking_probe_reopens_the_breaker() {
-    quiet_injected_panics();
+    setup();
     let time = MockTime::new();
     let (script, _) = Script::echo();
     script.faults().panic_connects.store(2, Ordering::SeqCst);
@@ -222,6 +229,7 @@ async fn a_panicking_probe_reopens_the_breaker() {
 /// depth is ever lost with a driver, however its task ends.
 #[test]
 fn a_driver_dropped_with_its_task_releases_what_it_held() {
+    setup();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

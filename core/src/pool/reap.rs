@@ -21,9 +21,6 @@ pub(crate) fn spawn_reaper<S: Send + Sync + 'static>(
     interval: Duration,
     tick: impl Fn(&Arc<S>) + Send + 'static,
 ) -> AbortHandle {
-    // tokio adds the interval to the current instant, which overflows (and panics the task)
-    // for an interval of centuries; one that long never ticks in practice anyway.
-    let interval = interval.min(LONGEST_INTERVAL);
     runtime
         .spawn(async move {
             let mut ticker = tokio::time::interval(interval);
@@ -40,9 +37,6 @@ pub(crate) fn spawn_reaper<S: Send + Sync + 'static>(
         })
         .abort_handle()
 }
-
-/// The longest reap interval the timer is given (about a century); longer ones are cut to it.
-const LONGEST_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
 /// A duration in nanoseconds, saturating at `u64::MAX` (about 584 years).
 pub(crate) fn nanos(duration: Duration) -> u64 {

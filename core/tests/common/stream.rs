@@ -375,3 +375,35 @@ impl Connector for TestConnector {
         }
     }
 }
+
+/// Polls `future` until it resolves, yielding to the runtime in between (bounded by
+/// iterations, never by time), so that an outcome the test expects and never comes fails the
+/// test with `what` instead of hanging it.
+pub async fn outcome<F: Future>(what: &str, mut future: Pin<&mut F>) -> F::Output {
+    for _ in 0..10_000 {
+        if let Poll::Ready(output) = super::poll_once(future.as_mut()) {
+            return output;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{what}");
+}
+
+/// On a manual-mode pool: acquires, sends `body`, answers it on the stream the pool opens for
+/// it (the next one `streams` hands out) and checks the answer. Returns that stream (to end
+/// it, or to keep it open) and the slot the request went to.
+pub async fn answer_on_new_stream(
+    pool: &Pool,
+    streams: &mut mpsc::UnboundedReceiver<ServerStream>,
+    body: u32,
+) -> (ServerStream, Option<usize>) {
+    let guard = pool.acquire().await.expect("acquired");
+    let index = guard.stream_index();
+    let mut send = std::pin::pin!(guard.send(Req::new(body)));
+    assert!(super::poll_once(send.as_mut()).is_pending());
+    let mut server = streams.recv().await.expect("a new stream");
+    let request = server.next_request().await.expect("the request");
+    server.respond(request.id.expect("an id"), body);
+    assert_eq!(send.await.expect("answered").body, body);
+    (server, index)
+}

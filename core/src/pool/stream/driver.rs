@@ -412,8 +412,9 @@ impl<C: StreamConnector> Driver<C> {
         out_tx: &mpsc::UnboundedSender<C::Request>,
         mut shutdown: watch::Receiver<bool>,
     ) -> End<C::Error> {
-        // What queued while the stream connected goes first, in order.
-        while let Some(pending) = self.queued.pop_front() {
+        // What queued while the stream connected goes first, in order; the buffer goes with
+        // it (it is only for connecting).
+        for pending in std::mem::take(&mut self.queued) {
             self.routing.forward(&self.shared, pending, out_tx);
         }
         self.publish_activity(false);
