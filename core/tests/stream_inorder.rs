@@ -6,13 +6,15 @@
 
 mod common;
 
+use std::future::Future;
+use std::ops::RangeInclusive;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{join_all, poll_once, settle, settle_until, MockTime, ReapByHand};
+use common::{join_all, settle, settle_until, MockTime, ReapByHand};
 use futures_core::Stream;
 use slotpool::stream::{
     Correlation, Outbound, RequestError, StreamConnector, StreamPool, StreamPoolBuilder,
@@ -171,23 +173,58 @@ impl StreamConnector for Peer {
 }
 
 type Pool = StreamPool<Peer>;
+type Sent = Result<Answer, RequestError<PeerError>>;
+/// A send in progress (polled by hand with [`outcome`]).
+type Sending<'p> = Pin<Box<dyn Future<Output = Sent> + 'p>>;
+
+/// A pool of one stream at `depth` over a peer the test answers by hand.
+fn manual_pool(depth: usize) -> (Pool, mpsc::UnboundedReceiver<PeerStream>) {
+    let (peer, streams) = Peer::manual();
+    (peer.pool(1, depth), streams)
+}
 
 /// Sends `body` on a fresh guard without awaiting the response: the returned future has
 /// been polled once, so the request is queued for the driver (and sent once it runs).
-async fn queue(pool: &Pool, body: u32) -> Pin<Box<impl std::future::Future<Output = Sent> + '_>> {
+async fn queue(pool: &Pool, body: u32) -> Sending<'_> {
     let guard = pool.acquire().await.expect("room on the stream");
-    let mut sent = Box::pin(guard.send(Ask(body)));
-    assert!(poll_once(sent.as_mut()).is_pending());
+    let mut sent: Sending<'_> = Box::pin(guard.send(Ask(body)));
+    assert!(poll(&mut sent).is_pending());
     sent
 }
 
-type Sent = Result<Answer, RequestError<PeerError>>;
+/// Polls a send once, with a waker that does nothing.
+fn poll(sent: &mut Sending<'_>) -> Poll<Sent> {
+    sent.as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+}
+
+/// Queues a request for each of `bodies` on a one-stream pool, then takes the stream's peer
+/// end and reads them off the wire, asserting they went out in the order queued.
+async fn on_the_wire<'p>(
+    pool: &'p Pool,
+    streams: &mut mpsc::UnboundedReceiver<PeerStream>,
+    bodies: RangeInclusive<u32>,
+) -> (Vec<Sending<'p>>, PeerStream) {
+    let mut sent = Vec::new();
+    for body in bodies.clone() {
+        sent.push(queue(pool, body).await);
+    }
+    let mut stream = streams.recv().await.expect("the stream opened");
+    for body in bodies {
+        assert_eq!(
+            stream.next_ask().await,
+            Ask(body),
+            "sent in the order queued"
+        );
+    }
+    (sent, stream)
+}
 
 /// The outcome of a queued send, yielding to the driver until it is there (bounded by
 /// iterations, never by time: a send that never resolves fails the test instead of hanging).
-async fn outcome(mut sent: Pin<Box<impl std::future::Future<Output = Sent>>>) -> Sent {
+async fn outcome(mut sent: Sending<'_>) -> Sent {
     for _ in 0..10_000 {
-        if let Poll::Ready(sent) = poll_once(sent.as_mut()) {
+        if let Poll::Ready(sent) = poll(&mut sent) {
             return sent;
         }
         tokio::task::yield_now().await;
@@ -195,8 +232,39 @@ async fn outcome(mut sent: Pin<Box<impl std::future::Future<Output = Sent>>>) ->
     panic!("the send never resolved");
 }
 
+/// The answer a send got; anything else fails the test.
+async fn answered(sent: Sending<'_>) -> Answer {
+    match outcome(sent).await {
+        Ok(answer) => answer,
+        Err(error) => panic!("expected an answer, got {error:?}"),
+    }
+}
+
+/// The `reach` of a send that failed with `StreamEnded`; anything else fails the test.
+async fn stream_ended(sent: Sending<'_>) -> Reach {
+    match outcome(sent).await {
+        Err(error @ RequestError::StreamEnded { .. }) => error.reach(),
+        other => panic!("expected the stream to end, got {other:?}"),
+    }
+}
+
 fn in_flight(pool: &Pool) -> u32 {
     pool.stats().table.in_flight as u32
+}
+
+/// The pool's counts of what became of requests and responses: (completed, failed, cancelled,
+/// late responses, unknown responses, stream failures).
+fn tally(pool: &Pool) -> (u64, u64, u64, u64, u64, u64) {
+    let s = pool.stats();
+    let (done, failed, cancelled) = (s.completed, s.failed, s.cancelled);
+    (
+        done,
+        failed,
+        cancelled,
+        s.late_responses,
+        s.unknown_responses,
+        s.stream_failures,
+    )
 }
 
 /// Many callers at depth 4 on 2 streams, concurrently, the peer answering whatever it holds in
@@ -218,46 +286,30 @@ async fn in_order_round_trips_at_depth_reach_their_callers() {
         })
         .collect();
     join_all(tasks).await;
-    let stats = pool.stats();
+    assert_eq!(tally(&pool), (400, 0, 0, 0, 0, 0));
     assert_eq!(
-        (stats.completed, stats.failed, stats.cancelled),
-        (400, 0, 0)
+        pool.stats().spin_ups,
+        2,
+        "8 callers fill 2 streams of depth 4"
     );
-    assert_eq!(stats.spin_ups, 2, "8 callers fill 2 streams of depth 4");
-    assert_eq!((stats.late_responses, stats.unknown_responses), (0, 0));
-    assert_eq!(stats.table.in_flight, 0);
+    assert_eq!(in_flight(&pool), 0);
 }
 
 /// Four requests on the wire at once on one stream, answered in order after the peer holds all
 /// four: each caller gets its own answer.
 #[tokio::test(flavor = "current_thread")]
 async fn four_requests_on_the_wire_are_answered_to_their_callers_in_order() {
-    let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 4);
-    let mut sent = Vec::new();
-    for body in 1..=4 {
-        sent.push(queue(&pool, body).await);
-    }
-    let mut stream = streams.recv().await.expect("the stream opened");
-    for body in 1..=4 {
-        assert_eq!(
-            stream.next_ask().await,
-            Ask(body),
-            "sent in the order queued"
-        );
-    }
+    let (pool, mut streams) = manual_pool(4);
+    let (sent, stream) = on_the_wire(&pool, &mut streams, 1..=4).await;
     assert_eq!(in_flight(&pool), 4);
     for body in 1..=4 {
         stream.answer(body * 10);
     }
     for (body, sent) in (1..=4).zip(sent) {
-        assert_eq!(outcome(sent).await.expect("answered"), Answer(body * 10));
+        assert_eq!(answered(sent).await, Answer(body * 10));
     }
-    let stats = pool.stats();
-    assert_eq!(
-        (stats.completed, stats.spin_ups, stats.table.in_flight),
-        (4, 1, 0)
-    );
+    assert_eq!(tally(&pool), (4, 0, 0, 0, 0, 0));
+    assert_eq!((pool.stats().spin_ups, in_flight(&pool)), (1, 0));
 }
 
 /// Three requests on the wire, the middle one cancelled, then a fourth sent behind them: the
@@ -266,16 +318,11 @@ async fn four_requests_on_the_wire_are_answered_to_their_callers_in_order() {
 /// more requests go out.
 #[tokio::test(flavor = "current_thread")]
 async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() {
-    let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 4);
-    let a = queue(&pool, 1).await;
-    let b = queue(&pool, 2).await;
-    let c = queue(&pool, 3).await;
-    let mut stream = streams.recv().await.expect("the stream opened");
-    for body in 1..=3 {
-        assert_eq!(stream.next_ask().await, Ask(body), "sent in order");
-    }
-    drop(b);
+    let (pool, mut streams) = manual_pool(4);
+    let (mut sent, mut stream) = on_the_wire(&pool, &mut streams, 1..=3).await;
+    let c = sent.pop().expect("three sent");
+    drop(sent.pop());
+    let a = sent.pop().expect("three sent");
     let d = queue(&pool, 4).await;
     assert_eq!(stream.next_ask().await, Ask(4));
     assert_eq!(
@@ -289,7 +336,7 @@ async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() 
         "no room until its response arrives"
     );
     stream.answer(10);
-    assert_eq!(outcome(a).await.expect("answered"), Answer(10));
+    assert_eq!(answered(a).await, Answer(10));
     assert_eq!(in_flight(&pool), 3);
     stream.answer(20);
     settle_until("the cancelled request's response is consumed", || {
@@ -302,31 +349,19 @@ async fn a_cancelled_request_keeps_its_place_and_its_depth_until_its_response() 
         "its depth comes back with its response"
     );
     stream.answer(30);
-    assert_eq!(
-        outcome(c).await.expect("answered"),
-        Answer(30),
-        "not the cancelled one's"
-    );
+    assert_eq!(answered(c).await, Answer(30), "not the cancelled one's");
     stream.answer(40);
-    assert_eq!(outcome(d).await.expect("answered"), Answer(40));
-    let stats = pool.stats();
-    assert_eq!(
-        (stats.completed, stats.cancelled, stats.late_responses),
-        (3, 1, 1)
-    );
-    assert_eq!((stats.unknown_responses, stats.stream_failures), (0, 0));
-    assert_eq!(stats.table.in_flight, 0);
+    assert_eq!(answered(d).await, Answer(40));
+    assert_eq!(tally(&pool), (3, 0, 1, 1, 0, 0));
+    assert_eq!(in_flight(&pool), 0);
 }
 
 /// A request cancelled before the driver sent it is not sent at all, so it takes no place in
 /// the queue: the next answer goes to the next request that was sent.
 #[tokio::test(flavor = "current_thread")]
 async fn a_request_cancelled_before_it_is_sent_takes_no_place() {
-    let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 3);
-    let a = queue(&pool, 1).await;
-    let mut stream = streams.recv().await.expect("the stream opened");
-    assert_eq!(stream.next_ask().await, Ask(1));
+    let (pool, mut streams) = manual_pool(3);
+    let (mut sent, mut stream) = on_the_wire(&pool, &mut streams, 1..=1).await;
     // Queued for the driver, then dropped before the driver ran.
     drop(queue(&pool, 2).await);
     let c = queue(&pool, 3).await;
@@ -337,10 +372,11 @@ async fn a_request_cancelled_before_it_is_sent_takes_no_place() {
     );
     stream.answer(10);
     stream.answer(30);
-    assert_eq!(outcome(a).await.expect("answered"), Answer(10));
-    assert_eq!(outcome(c).await.expect("answered"), Answer(30));
-    let stats = pool.stats();
-    assert_eq!((stats.late_responses, stats.table.in_flight), (0, 0));
+    assert_eq!(answered(sent.remove(0)).await, Answer(10));
+    assert_eq!(answered(c).await, Answer(30));
+    // Cancelled (its send had started), and no response was ever late for it.
+    assert_eq!(tally(&pool), (2, 0, 1, 0, 0, 0));
+    assert_eq!(in_flight(&pool), 0);
 }
 
 /// A peer that sends one response too many: the surplus, arriving with nothing outstanding,
@@ -349,30 +385,20 @@ async fn a_request_cancelled_before_it_is_sent_takes_no_place() {
 /// stream that answers it correctly.
 #[tokio::test(flavor = "current_thread")]
 async fn one_response_too_many_closes_the_stream() {
-    let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 2);
-    let a = queue(&pool, 1).await;
-    let mut stream = streams.recv().await.expect("the stream opened");
-    assert_eq!(stream.next_ask().await, Ask(1));
+    let (pool, mut streams) = manual_pool(2);
+    let (mut sent, stream) = on_the_wire(&pool, &mut streams, 1..=1).await;
     stream.answer(10);
-    assert_eq!(outcome(a).await.expect("answered"), Answer(10));
+    assert_eq!(answered(sent.remove(0)).await, Answer(10));
     // The surplus and the next request reach the driver together: the response is routed
     // first, finds nothing outstanding, and the stream ends before the request is sent.
     stream.answer(99);
     let b = queue(&pool, 2).await;
-    match outcome(b).await {
-        Err(error @ RequestError::StreamEnded { .. }) => assert_eq!(error.reach(), Reach::NotSent),
-        other => panic!("expected the stream to end with the request unsent, got {other:?}"),
-    }
+    assert_eq!(stream_ended(b).await, Reach::NotSent);
     settle(|| pool.stats().table.empty == 1).await;
-    let stats = pool.stats();
-    assert_eq!((stats.unknown_responses, stats.stream_failures), (1, 1));
-    assert_eq!((stats.completed, stats.failed), (1, 1));
-    let c = queue(&pool, 3).await;
-    let mut fresh = streams.recv().await.expect("a new stream opened");
-    assert_eq!(fresh.next_ask().await, Ask(3));
+    assert_eq!(tally(&pool), (1, 1, 0, 0, 1, 1));
+    let (mut sent, fresh) = on_the_wire(&pool, &mut streams, 3..=3).await;
     fresh.answer(30);
-    assert_eq!(outcome(c).await.expect("answered"), Answer(30));
+    assert_eq!(answered(sent.remove(0)).await, Answer(30));
     assert_eq!(pool.stats().spin_ups, 2);
 }
 
@@ -380,55 +406,44 @@ async fn one_response_too_many_closes_the_stream() {
 /// still out of step, still closed, and the next caller never sees the stray response.
 #[tokio::test(flavor = "current_thread")]
 async fn a_stray_response_on_a_quiet_stream_never_reaches_the_next_caller() {
-    let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 2);
-    let a = queue(&pool, 1).await;
-    let mut stream = streams.recv().await.expect("the stream opened");
-    assert_eq!(stream.next_ask().await, Ask(1));
+    let (pool, mut streams) = manual_pool(2);
+    let (mut sent, stream) = on_the_wire(&pool, &mut streams, 1..=1).await;
     stream.answer(10);
     stream.answer(11);
-    assert_eq!(outcome(a).await.expect("answered"), Answer(10));
+    assert_eq!(answered(sent.remove(0)).await, Answer(10));
     settle_until("the out-of-step stream is closed", || {
         pool.stats().stream_failures == 1
     })
     .await;
     settle(|| pool.stats().table.empty == 1).await;
-    let b = queue(&pool, 2).await;
-    let mut fresh = streams.recv().await.expect("a new stream opened");
-    assert_eq!(fresh.next_ask().await, Ask(2));
+    let (mut sent, fresh) = on_the_wire(&pool, &mut streams, 2..=2).await;
     fresh.answer(20);
     assert_eq!(
-        outcome(b).await.expect("answered"),
+        answered(sent.remove(0)).await,
         Answer(20),
         "not the stray 11"
     );
-    assert_eq!(pool.stats().unknown_responses, 1);
+    assert_eq!(tally(&pool), (2, 0, 0, 0, 1, 1));
 }
 
 /// The peer ends the stream after answering the first of three requests on the wire, with a
-/// fourth still queued: the first is answered, the other two sent ones fail as maybe applied,
-/// the queued one as not sent, and every unit of depth comes back.
+/// fourth still queued: the first is answered, the other two sent ones fail as maybe applied
+/// (with the peer's error as their source, if it ended with one), the queued one as not sent,
+/// and every unit of depth comes back.
 #[tokio::test(flavor = "current_thread")]
 async fn a_peer_that_ends_mid_pipeline_fails_sent_and_queued_requests_apart() {
     for error in [false, true] {
-        let (peer, mut streams) = Peer::manual();
-        let pool = peer.pool(1, 4);
-        let a = queue(&pool, 1).await;
-        let b = queue(&pool, 2).await;
-        let c = queue(&pool, 3).await;
-        let mut stream = streams.recv().await.expect("the stream opened");
-        for body in 1..=3 {
-            assert_eq!(stream.next_ask().await, Ask(body));
-        }
+        let (pool, mut streams) = manual_pool(4);
+        let (mut sent, stream) = on_the_wire(&pool, &mut streams, 1..=3).await;
         stream.answer(10);
         if error {
             stream.fail("reset");
         }
         drop(stream);
         let d = queue(&pool, 4).await;
-        assert_eq!(outcome(a).await.expect("answered"), Answer(10));
-        for sent in [outcome(b).await, outcome(c).await] {
-            match sent {
+        assert_eq!(answered(sent.remove(0)).await, Answer(10));
+        for sent in sent {
+            match outcome(sent).await {
                 Err(RequestError::StreamEnded {
                     reach: Reach::MaybeApplied,
                     source,
@@ -436,17 +451,10 @@ async fn a_peer_that_ends_mid_pipeline_fails_sent_and_queued_requests_apart() {
                 other => panic!("expected maybe applied, got {other:?}"),
             }
         }
-        match outcome(d).await {
-            Err(error @ RequestError::StreamEnded { .. }) => {
-                assert_eq!(error.reach(), Reach::NotSent)
-            }
-            other => panic!("expected not sent, got {other:?}"),
-        }
+        assert_eq!(stream_ended(d).await, Reach::NotSent);
         settle(|| pool.stats().table.empty == 1).await;
-        let stats = pool.stats();
-        assert_eq!((stats.completed, stats.failed), (1, 3));
-        assert_eq!((stats.stream_failures, stats.unknown_responses), (1, 0));
-        assert_eq!(stats.table.in_flight, 0);
+        assert_eq!(tally(&pool), (1, 3, 0, 0, 0, 1));
+        assert_eq!(in_flight(&pool), 0);
     }
 }
 
@@ -454,17 +462,15 @@ async fn a_peer_that_ends_mid_pipeline_fails_sent_and_queued_requests_apart() {
 /// ends instead.
 #[tokio::test(flavor = "current_thread")]
 async fn a_cancelled_requests_depth_comes_back_when_the_stream_ends() {
-    let (peer, mut streams) = Peer::manual();
-    let pool = peer.pool(1, 2);
-    let a = queue(&pool, 1).await;
-    let mut stream = streams.recv().await.expect("the stream opened");
-    assert_eq!(stream.next_ask().await, Ask(1));
-    drop(a);
+    let (pool, mut streams) = manual_pool(2);
+    let (sent, stream) = on_the_wire(&pool, &mut streams, 1..=1).await;
+    drop(sent);
     common::run_spawned().await;
     assert_eq!(in_flight(&pool), 1);
     drop(stream);
     settle(|| in_flight(&pool) == 0).await;
     assert_eq!(pool.stats().table.empty, 1);
+    assert_eq!(tally(&pool), (0, 0, 1, 0, 0, 1));
 }
 
 /// The hung-peer check sees an in-order stream's outstanding requests: a peer that reads
@@ -488,7 +494,9 @@ async fn an_in_order_peer_that_never_answers_is_declared_stalled() {
     time.advance(5 * SECOND);
     pool.reap(time.now());
     match outcome(waiting).await {
-        Err(error @ RequestError::Stalled { .. }) => assert_eq!(error.reach(), Reach::MaybeApplied),
+        Err(error @ RequestError::Stalled { .. }) => {
+            assert_eq!(error.reach(), Reach::MaybeApplied)
+        }
         other => panic!("expected a stall, got {other:?}"),
     }
     assert_eq!(pool.stats().stalls, 1);

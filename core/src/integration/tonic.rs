@@ -230,9 +230,7 @@ use futures_core::Stream;
 
 use crate::channel::ChannelConnector;
 use crate::client::{ClientError, ClientFactory, ClientGuard, ClientPool};
-use crate::stream::{
-    Connector, Correlation, Outbound, StreamConnector, StreamRequest, StreamResponse,
-};
+use crate::stream::{Correlation, Outbound, StreamConnector, StreamRequest, StreamResponse};
 use crate::sync::Arc;
 
 /// Creates tonic channels with [`Endpoint::connect_lazy`]: one HTTP/2 connection each, dialled
@@ -476,6 +474,25 @@ pub trait Correlate<Req, Resp>: Send + Sync + 'static {
 /// The messages carry their ids: [`StreamRequest`] and [`StreamResponse`]. See [`Correlate`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MessageIds;
+
+impl<Req: StreamRequest, Resp: StreamResponse> Correlate<Req, Resp> for MessageIds {
+    const CORRELATION: Correlation = Correlation::ById;
+
+    #[inline]
+    fn request_id(&self, request: &Req) -> Option<u64> {
+        request.request_id()
+    }
+
+    #[inline]
+    fn set_request_id(&self, request: &mut Req, id: u64) {
+        request.set_request_id(id);
+    }
+
+    #[inline]
+    fn response_id(&self, response: &Resp) -> Option<u64> {
+        Some(response.request_id())
+    }
+}
 
 /// Ids read and set by closures, or none (in order) while none is given. See [`Correlate`].
 #[derive(Clone, Copy)]
@@ -779,45 +796,20 @@ where
     }
 }
 
-impl<C, F, Call> Connector for TonicStreamConnector<C, F, Call, MessageIds>
+impl<C, F, Call, M> StreamConnector for TonicStreamConnector<C, F, Call, M>
 where
     C: ChannelConnector,
     F: ClientFactory<C::Channel>,
     F::Client: Clone,
     Call: StreamCall<F::Client>,
-    Call::Request: StreamRequest,
-    Call::Response: StreamResponse,
+    M: Correlate<Call::Request, Call::Response>,
 {
     type Request = Call::Request;
     type Response = Call::Response;
     type Error = TonicStreamError<F::Error>;
     type Inbound = TonicInbound<C, F, Call::Response>;
 
-    /// Checks out a client, then performs the call on a clone of it (see
-    /// [`TonicStreamConnector`]).
-    fn connect(
-        &self,
-        outbound: Outbound<Call::Request>,
-    ) -> impl Future<Output = Result<Self::Inbound, TonicStreamError<F::Error>>> + Send {
-        self.open(outbound)
-    }
-}
-
-impl<C, F, Call, R, S, G> StreamConnector for TonicStreamConnector<C, F, Call, Ids<R, S, G>>
-where
-    C: ChannelConnector,
-    F: ClientFactory<C::Channel>,
-    F::Client: Clone,
-    Call: StreamCall<F::Client>,
-    Ids<R, S, G>: Correlate<Call::Request, Call::Response>,
-{
-    type Request = Call::Request;
-    type Response = Call::Response;
-    type Error = TonicStreamError<F::Error>;
-    type Inbound = TonicInbound<C, F, Call::Response>;
-
-    const CORRELATION: Correlation =
-        <Ids<R, S, G> as Correlate<Call::Request, Call::Response>>::CORRELATION;
+    const CORRELATION: Correlation = M::CORRELATION;
 
     /// Checks out a client, then performs the call on a clone of it (see
     /// [`TonicStreamConnector`]).

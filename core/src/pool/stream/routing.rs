@@ -95,15 +95,9 @@ impl<C: StreamConnector> Routing<C> {
             return;
         }
         if Self::IN_ORDER {
-            let Pending {
-                request,
-                reply,
-                reservation,
-            } = pending;
             // Queued only once it is on the wire, so the queue is exactly what the peer owes.
-            match out.send(request) {
-                Ok(()) => self.in_order.push_back(InFlight { reply, reservation }),
-                Err(_) => Self::refuse_unsent(shared, reply, reservation),
+            if let Some(sent) = Self::put_on_wire(shared, pending, out) {
+                self.in_order.push_back(sent);
             }
             return;
         }
@@ -134,16 +128,33 @@ impl<C: StreamConnector> Routing<C> {
                 }
             },
         };
+        if let Some(sent) = Self::put_on_wire(shared, pending, out) {
+            slot.insert(sent);
+        }
+    }
+
+    /// Hands `pending`'s request to the outbound half. Returns what must be recorded until its
+    /// response arrives; if the outbound half is gone, fails the request (not sent) instead.
+    fn put_on_wire(
+        shared: &Shared<C>,
+        pending: Pending<C>,
+        out: &mpsc::UnboundedSender<C::Request>,
+    ) -> Option<InFlight<C>> {
         let Pending {
             request,
             reply,
             reservation,
         } = pending;
         match out.send(request) {
-            Ok(()) => {
-                slot.insert(InFlight { reply, reservation });
+            Ok(()) => Some(InFlight { reply, reservation }),
+            Err(_) => {
+                shared.table.release(reservation);
+                let _ = reply.send(Err(RequestError::StreamEnded {
+                    reach: Reach::NotSent,
+                    source: None,
+                }));
+                None
             }
-            Err(_) => Self::refuse_unsent(shared, reply, reservation),
         }
     }
 
@@ -206,15 +217,6 @@ impl<C: StreamConnector> Routing<C> {
             .drain(..)
             .chain(by_id)
             .map(|entry| (entry.reply, entry.reservation))
-    }
-
-    /// Fails one request that did not go on the wire (the outbound half is gone).
-    fn refuse_unsent(shared: &Shared<C>, reply: Reply<C>, reservation: Reservation) {
-        shared.table.release(reservation);
-        let _ = reply.send(Err(RequestError::StreamEnded {
-            reach: Reach::NotSent,
-            source: None,
-        }));
     }
 
     /// Fails one request whose id accessor panicked: nothing was sent.
