@@ -26,7 +26,7 @@
 //! | protocol | `protocol/breaker.rs` | [`breaker`]: a consecutive-failure circuit breaker with one half-open probe |
 //! | pool | `pool/settings.rs` | the settings every pool shares (idle timeout, reaping, clock, breaker) and their setters |
 //! | pool | `pool/reap.rs` | the background reaper task every pool runs around its plain `reap(now)` |
-//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, guards and the reaper's hung-peer checks, `driver.rs` a stream's task, routing and failures (panics of user code, timeouts), `builder.rs` the settings |
+//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, guards and the reaper's hung-peer checks, `driver.rs` a stream's task and its failures (panics of user code, timeouts), `routing.rs` where its responses go (by id or in order), `builder.rs` the settings |
 //! | pool | `pool/channel.rs` | [`channel`]: shared lazy channels (R1), on the shared cell |
 //! | pool | `pool/client.rs` | [`client`]: exclusive clients over channels (R1), on the exclusive cell |
 //! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission, `route.rs` the key tables, `builder.rs`, `error.rs` |

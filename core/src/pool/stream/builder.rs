@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use super::{Connector, Counters, Shared, StreamPool};
+use super::{Counters, Shared, StreamConnector, StreamPool};
 use crate::error::ConfigError;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::{Capacity, SlotTable, MAX_LOAD, MAX_SLOTS};
@@ -43,7 +43,7 @@ pub struct StreamPoolBuilder<C> {
     settings: Settings,
 }
 
-impl<C: Connector> StreamPoolBuilder<C> {
+impl<C: StreamConnector> StreamPoolBuilder<C> {
     /// The defaults; see [`StreamPool::builder`].
     pub(super) fn new(connector: C) -> Self {
         StreamPoolBuilder {

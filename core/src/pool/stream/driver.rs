@@ -1,7 +1,8 @@
 //! The driver: the task that owns one stream incarnation. It connects through the user's
-//! [`Connector`], forwards queued requests, routes each response to its caller by request id,
-//! releases each request's unit of depth when its response arrives or the stream ends, and
-//! fails whatever is left when the stream ends.
+//! [`StreamConnector`], forwards queued requests, hands each request it sends and each response
+//! it receives to its [`Routing`] (by id or in order: `routing.rs`), which releases each
+//! request's unit of depth when its response arrives, and fails whatever is left when the
+//! stream ends.
 //!
 //! # User code and its failures
 //!
@@ -33,28 +34,25 @@
 //! fill the stream and make the pool open more. (A caller that acquires again before the driver
 //! ran may still find its old unit taken: at most one unit per caller, not one per attempt.)
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use futures_core::Stream;
 
-use super::{
-    Connector, Incarnation, Outbound, Pending, RequestError, Shared, Stop, StreamRequest,
-    StreamResponse, BUSY,
-};
+use super::routing::Routing;
+use super::{Incarnation, Outbound, Pending, RequestError, Shared, Stop, StreamConnector, BUSY};
 use crate::error::Reach;
 use crate::panic::{self, CatchUnwind, Panic};
 use crate::slots::{Generation, Reservation};
 use crate::sync::{Arc, Ordering};
 
 /// Owns one stream incarnation: connects, forwards, routes, and fails what is left at the end.
-pub(super) struct Driver<C: Connector> {
+pub(super) struct Driver<C: StreamConnector> {
     shared: Arc<Shared<C>>,
     index: usize,
     generation: Generation,
@@ -63,12 +61,9 @@ pub(super) struct Driver<C: Connector> {
     /// Requests taken off `requests` while the stream connects, in arrival order; each holds
     /// its unit of load. Empty once the stream is open.
     queued: VecDeque<Pending<C>>,
-    /// Requests sent and awaiting a response, by id; each holds its unit of load. At most
-    /// `max_queue_depth` entries (each holds a unit of the slot's load); it grows as they
-    /// arrive, nothing is reserved for the depth up front.
-    in_flight: HashMap<u64, InFlight<C>, IdHash>,
-    /// Next pool-assigned id.
-    next_id: u64,
+    /// Requests sent and awaiting a response, and how responses find them; each holds its
+    /// unit of load.
+    routing: Routing<C>,
     /// This connect is the circuit breaker's half-open probe.
     probe: bool,
     /// What the driver last stored in the incarnation's `activity` (see there).
@@ -80,51 +75,6 @@ pub(super) struct Driver<C: Connector> {
 /// Most responses and requests one driver poll handles before it yields to the other tasks on
 /// its worker (a burst is at most a few streams' depth, so this rarely binds).
 const DRIVER_BATCH: usize = 256;
-
-/// The hasher of a driver's in-flight map: request ids are plain `u64`s (pool-assigned ones
-/// sequential), so one folded multiply spreads them over the table; SipHash's DoS resistance
-/// buys nothing here, since the map holds at most `max_queue_depth` entries, whatever the
-/// ids, and a lookup cannot cost more than a scan of them.
-#[derive(Clone, Copy, Default)]
-struct IdHash;
-
-impl std::hash::BuildHasher for IdHash {
-    type Hasher = IdHasher;
-
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
-
-/// See [`IdHash`].
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write_u64(&mut self, id: u64) {
-        // Fold the 128-bit product (as foldhash and ahash do): both halves feed the low bits
-        // (bucket index) and the high bits (control tag).
-        let product = u128::from(self.0 ^ id) * 0x9e37_79b9_7f4a_7c15;
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed; this keeps any other key correct, if slow.
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
-        }
-    }
-}
-
-/// A request on the wire: where its response goes, and the load it holds until then.
-struct InFlight<C: Connector> {
-    reply: oneshot::Sender<Result<C::Response, RequestError<C::Error>>>,
-    reservation: Reservation,
-}
 
 /// Why a stream stopped taking requests: what its callers are told. Kept in the incarnation
 /// for callers whose request arrives after the driver stopped taking them.
@@ -189,7 +139,7 @@ impl<E: std::error::Error + 'static> Refusal<E> {
 }
 
 /// How the opening of a stream ended.
-enum Opening<C: Connector> {
+enum Opening<C: StreamConnector> {
     Opened(C::Inbound),
     Failed(C::Error),
     Panicked(Panic),
@@ -237,7 +187,7 @@ impl<T> Drop for Contained<T> {
     }
 }
 
-impl<C: Connector> Driver<C> {
+impl<C: StreamConnector> Driver<C> {
     /// Spawns the driver of a freshly claimed incarnation on the pool's runtime.
     pub(super) fn spawn(
         shared: &Arc<Shared<C>>,
@@ -254,8 +204,7 @@ impl<C: Connector> Driver<C> {
             incarnation,
             requests,
             queued: VecDeque::new(),
-            in_flight: HashMap::with_hasher(IdHash),
-            next_id: 0,
+            routing: Routing::new(),
             probe,
             activity: 0,
             finished: false,
@@ -311,7 +260,7 @@ impl<C: Connector> Driver<C> {
                 self.shared.counters.stalls.incr();
                 tracing::warn!(
                     slot = self.index,
-                    outstanding = self.in_flight.len(),
+                    outstanding = self.routing.len(),
                     ?timeout,
                     "stream stalled: nothing received while requests were outstanding"
                 );
@@ -466,7 +415,7 @@ impl<C: Connector> Driver<C> {
         // What queued while the stream connected goes first, in order; the buffer goes with
         // it (it is only for connecting).
         for pending in std::mem::take(&mut self.queued) {
-            self.forward(pending, out_tx);
+            self.routing.forward(&self.shared, pending, out_tx);
         }
         self.publish_activity(false);
         // Built once and kept across wake-ups. Polling a pending `Notified` (or the watch's)
@@ -534,9 +483,12 @@ impl<C: Connector> Driver<C> {
                     budget -= 1;
                     received = true;
                     // The response's id accessor and destructor are user code too; `route`
-                    // leaves the map consistent wherever they panic.
-                    if let Err(panic) = panic::catch(|| self.route(response)) {
-                        return Poll::Ready(End::Panicked(panic));
+                    // leaves the routing consistent wherever they panic.
+                    match panic::catch(|| self.routing.route(&self.shared, self.index, response)) {
+                        Ok(Ok(())) => {}
+                        // An in-order peer answered more than it was asked.
+                        Ok(Err(_out_of_step)) => return Poll::Ready(End::Failed(None)),
+                        Err(panic) => return Poll::Ready(End::Panicked(panic)),
                     }
                 }
                 Ok(Poll::Ready(Some(Err(error)))) => {
@@ -552,7 +504,7 @@ impl<C: Connector> Driver<C> {
             match self.requests.poll_recv(cx) {
                 Poll::Ready(Some(pending)) => {
                     budget -= 1;
-                    self.forward(pending, out);
+                    self.routing.forward(&self.shared, pending, out);
                 }
                 // Every sender is gone: the cell moved on to a new incarnation.
                 Poll::Ready(None) => return Poll::Ready(End::Stopped),
@@ -575,7 +527,7 @@ impl<C: Connector> Driver<C> {
     /// a count bumped when anything was `received` (see
     /// [`Incarnation::activity`](super::Incarnation)); one store, and only on a change.
     fn publish_activity(&mut self, received: bool) {
-        let busy = u64::from(!self.in_flight.is_empty());
+        let busy = u64::from(!self.routing.is_empty());
         let mut progress = self.activity >> 1;
         if received {
             progress = progress.wrapping_add(1) & (u64::MAX >> 1);
@@ -596,9 +548,9 @@ impl<C: Connector> Driver<C> {
         }
         self.finished = true;
         self.shared.table.begin_drain(self.index, self.generation);
-        for (_, pending) in self.in_flight.drain() {
-            self.shared.table.release(pending.reservation);
-            let _ = pending.reply.send(Err(refusal.error(Reach::MaybeApplied)));
+        for (reply, reservation) in self.routing.drain() {
+            self.shared.table.release(reservation);
+            let _ = reply.send(Err(refusal.error(Reach::MaybeApplied)));
         }
         // Later callers learn why from the incarnation: stored before the channel closes.
         *self.incarnation.refusal.lock() = Some(refusal.clone());
@@ -612,96 +564,9 @@ impl<C: Connector> Driver<C> {
             let _ = pending.reply.send(Err(refusal.error(Reach::NotSent)));
         }
     }
-
-    /// Fails one request whose id accessor panicked: nothing was sent.
-    fn refuse_panicked(shared: &Shared<C>, pending: Pending<C>, panic: Panic) {
-        shared.counters.panics.incr();
-        panic::report("stream request id", &panic);
-        shared.table.release(pending.reservation);
-        let _ = pending.reply.send(Err(RequestError::Panicked {
-            reach: Reach::NotSent,
-            panic,
-        }));
-    }
-
-    /// Sends one request on the stream and records where its response goes; one hash lookup
-    /// for a caller-supplied id, one per candidate for a pool-assigned one (the first, unless
-    /// a caller-supplied id sits on it).
-    fn forward(&mut self, mut pending: Pending<C>, out: &mpsc::UnboundedSender<C::Request>) {
-        if pending.reply.is_closed() {
-            // The caller is gone before we sent anything: do not send.
-            self.shared.table.release(pending.reservation);
-            return;
-        }
-        // The request's id accessors are user code.
-        let supplied = match panic::catch(|| pending.request.request_id()) {
-            Ok(id) => id,
-            Err(panic) => return Self::refuse_panicked(&self.shared, pending, panic),
-        };
-        let slot = match supplied {
-            Some(id) => match self.in_flight.entry(id) {
-                Entry::Vacant(slot) => slot,
-                Entry::Occupied(_) => {
-                    self.shared.table.release(pending.reservation);
-                    let _ = pending.reply.send(Err(RequestError::DuplicateId { id }));
-                    return;
-                }
-            },
-            None => loop {
-                let id = self.next_id;
-                self.next_id = self.next_id.wrapping_add(1);
-                if let Entry::Vacant(slot) = self.in_flight.entry(id) {
-                    if let Err(panic) = panic::catch(|| pending.request.set_request_id(id)) {
-                        return Self::refuse_panicked(&self.shared, pending, panic);
-                    }
-                    break slot;
-                }
-            },
-        };
-        let Pending {
-            request,
-            reply,
-            reservation,
-        } = pending;
-        match out.send(request) {
-            Ok(()) => {
-                slot.insert(InFlight { reply, reservation });
-            }
-            Err(_) => {
-                self.shared.table.release(reservation);
-                let _ = reply.send(Err(RequestError::StreamEnded {
-                    reach: Reach::NotSent,
-                    source: None,
-                }));
-            }
-        }
-    }
-
-    /// Hands a response to its caller. The unit of load goes back **before** the caller is
-    /// woken (here and wherever the driver ends a request): a caller that asks for room again
-    /// as soon as it has its answer must find its old room free, or, with every stream full of
-    /// other callers' requests, it would open a stream that is not needed (a ninth stream for
-    /// 64 callers at depth 8, as `e2e/concurrency-64` showed).
-    fn route(&mut self, response: C::Response) {
-        match self.in_flight.remove(&response.request_id()) {
-            Some(pending) => {
-                self.shared.table.release(pending.reservation);
-                if pending.reply.send(Ok(response)).is_err() {
-                    self.shared.counters.late_responses.incr();
-                }
-            }
-            None => {
-                self.shared.counters.unknown_responses.incr();
-                tracing::debug!(
-                    slot = self.index,
-                    "response with unknown request id dropped"
-                );
-            }
-        }
-    }
 }
 
-impl<C: Connector> Drop for Driver<C> {
+impl<C: StreamConnector> Drop for Driver<C> {
     /// A driver dropped before it finished (its task dropped by the runtime, or ended by a
     /// panic the guards did not cover) still fails and releases what it holds.
     fn drop(&mut self) {
