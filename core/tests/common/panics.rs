@@ -1,0 +1,54 @@
+//! Panics the tests inject into user code on purpose: a marker that keeps them quiet, and a
+//! record of every panic message seen in the process (to check that none the pool should have
+//! prevented happened).
+
+use std::sync::{Mutex, Once, OnceLock};
+
+/// Every injected panic message carries this marker; the hook does not print those.
+pub const INJECTED: &str = "(injected)";
+
+fn seen() -> &'static Mutex<Vec<String>> {
+    static SEEN: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    SEEN.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Installs (once per test process) a panic hook that records every panic's message and
+/// prints those that are not injected, as the default hook would.
+pub fn watch_panics() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let injected = message.contains(INJECTED);
+            seen()
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(message);
+            if !injected {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// How many panics seen so far (in any test of this process) said something containing `text`.
+pub fn panics_saying(text: &str) -> usize {
+    seen()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .filter(|message| message.contains(text))
+        .count()
+}
+
+/// Panics with `what` and the marker (the injected panic of a fake).
+pub fn inject(what: &str) -> ! {
+    watch_panics();
+    panic!("{what} exploded {INJECTED}")
+}
