@@ -43,7 +43,7 @@ const MAX_IDLE: u64 = 10;
 #[derive(Default)]
 struct Coverage {
     executions: StdAtomicUsize,
-    paths: [StdAtomicUsize; 2],
+    paths: [StdAtomicUsize; 4],
 }
 
 impl Coverage {
@@ -378,10 +378,11 @@ fn single_flight_failure_reaches_joiners() {
 
 /// Release racing a hot acquire of an active session (pool size 1). The acquire either got
 /// the old value before it was retired, or rebuilt, or (tight race at full capacity) saw
-/// `Exhausted`; in every case the old value is freed once and capacity comes back.
+/// `Exhausted`; in every case the old value is freed once and capacity comes back, so the
+/// next acquire succeeds (a refused flight left in the map would refuse it).
 #[test]
 fn release_racing_acquire() {
-    explore("release_racing_acquire", 2, |coverage| {
+    explore("release_racing_acquire", 3, |coverage| {
         let pool = Pool::new(1);
         let old = pool.acquire(0, 1).unwrap();
         let acquirer = {
@@ -392,7 +393,8 @@ fn release_racing_acquire() {
         match acquirer.join().unwrap() {
             Ok(got) if Arc::ptr_eq(&got, &old) => coverage.reached(0),
             Ok(_) => coverage.reached(1),
-            Err(Failure::Exhausted) | Err(Failure::Released) => {}
+            Err(Failure::Exhausted) => coverage.reached(2),
+            Err(Failure::Released) => {}
             Err(other) => panic!("unexpected {other:?}"),
         }
         assert!(old.stamp.is_retired());
@@ -401,6 +403,8 @@ fn release_racing_acquire() {
             1,
             "the released value is freed once"
         );
+        let again = pool.acquire(0, 3);
+        assert!(again.is_ok(), "capacity is back, yet {:?}", again.err());
         pool.assert_settled();
     });
 }
