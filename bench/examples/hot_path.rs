@@ -6,6 +6,8 @@
 //! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
 //! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
 //! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
+//! `keyed` and `keyed-reference` run `keyed/uncontended` (admit over R2's 19 aliased families,
+//! then release) for slotpool's `Keyed` and R2's design, and print their wall time per round;
 //! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the `acquire().await`
 //! loop) also print their wall time per round, to separate the atomic path from the future. The timed rounds run inside [`timed`], so
 //! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
@@ -14,6 +16,7 @@ use std::sync::Arc;
 
 use slotpool_bench::client_cases;
 use slotpool_bench::fixtures::NoopConnector;
+use slotpool_bench::keyed as keyed_cases;
 use slotpool_bench::report::Floor;
 use slotpool_bench::stream_cases::{
     current_thread, floor_acquire_release, multi_thread, prewarm_reference, prewarm_slotpool,
@@ -92,6 +95,18 @@ fn main() {
         "client-deadpool" => {
             let pool = client_cases::deadpool(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "keyed" => {
+            let keyed = keyed_cases::slotpool_keyed();
+            let elapsed =
+                timed(|| rt.block_on(keyed_cases::slotpool_admit_release(&keyed, 0, rounds)));
+            println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
+        }
+        "keyed-reference" => {
+            let reference = keyed_cases::RefKeyed::new();
+            let elapsed =
+                timed(|| rt.block_on(keyed_cases::reference_admit_release(&reference, 0, rounds)));
+            println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
         }
         other => panic!("unknown path `{other}` (see the module docs)"),
     }
