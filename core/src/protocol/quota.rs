@@ -144,9 +144,21 @@ pub struct Quota {
     capacity: usize,
     gate: Gate,
     /// Under loom the allocation is never given back, so that a use after the free is caught
-    /// (by this flag) rather than undefined.
+    /// (by this mark) rather than undefined: 0 while live, then which party freed it
+    /// ([`Freer`] as a number).
     #[cfg(slotpool_loom)]
-    freed: crate::sync::AtomicBool,
+    freed: crate::sync::AtomicUsize,
+}
+
+/// Which party freed a quota's allocation (the one whose RMW left its word done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freer {
+    /// The owner's handle, dropped after every permit was back.
+    Owner = 1,
+    /// A release on the fast path, the last permit back after the owner was gone.
+    FastRelease = 2,
+    /// A release on the slow path, at its final RMW.
+    SlowRelease = 3,
 }
 
 /// The owner's handle on a [`Quota`]: it creates the quota, lends it out, and lets go of it on
@@ -185,7 +197,7 @@ impl QuotaHandle {
             capacity,
             gate: Gate::new(),
             #[cfg(slotpool_loom)]
-            freed: crate::sync::AtomicBool::new(false),
+            freed: crate::sync::AtomicUsize::new(0),
         });
         Ok(Self {
             quota: NonNull::from(Box::leak(quota)),
@@ -211,7 +223,7 @@ impl Drop for QuotaHandle {
         trace_transition!("quota: owner gone ({:?})", after);
         if after.done(quota.capacity) {
             // SAFETY: this RMW left the word done: no permit, wait or release can reach it.
-            unsafe { Quota::free(self.quota) };
+            unsafe { Quota::free(self.quota, Freer::Owner) };
         }
     }
 }
@@ -351,7 +363,7 @@ impl Quota {
                     debug_assert!(Word(next).free() <= this.capacity, "released too many");
                     if Word(next).done(this.capacity) {
                         // SAFETY: this CAS left the word done; nobody else can reach it.
-                        unsafe { Self::free(quota) };
+                        unsafe { Self::free(quota, Freer::FastRelease) };
                     }
                     return;
                 }
@@ -382,7 +394,7 @@ impl Quota {
         trace_transition!("quota: slow release done ({:?})", after);
         if after.done(this.capacity) {
             // SAFETY: this RMW left the word done; nobody else can reach it.
-            unsafe { Self::free(quota) };
+            unsafe { Self::free(quota, Freer::SlowRelease) };
         }
     }
 
@@ -390,10 +402,11 @@ impl Quota {
     ///
     /// # Safety
     /// Called once, by the party whose RMW left the word done; nobody can reach the quota.
-    unsafe fn free(quota: NonNull<Quota>) {
-        trace_transition!("quota: freed");
+    unsafe fn free(quota: NonNull<Quota>, by: Freer) {
+        trace_transition!("quota: freed by {:?}", by);
         #[cfg(not(slotpool_loom))]
         {
+            let _ = by;
             // SAFETY: allocated by `QuotaHandle::new` through `Box::leak`; the caller is the
             // last party (see above), so no reference outlives this.
             drop(unsafe { Box::from_raw(quota.as_ptr()) });
@@ -402,8 +415,9 @@ impl Quota {
         {
             // SAFETY: as above; under loom the allocation is kept and only marked freed.
             let this = unsafe { quota.as_ref() };
-            assert!(
-                !this.freed.swap(true, Ordering::SeqCst),
+            assert_eq!(
+                this.freed.swap(by as usize, Ordering::SeqCst),
+                0,
                 "a quota freed twice"
             );
         }
@@ -413,16 +427,22 @@ impl Quota {
     #[inline(always)]
     fn assert_live(&self) {
         #[cfg(slotpool_loom)]
-        assert!(
-            !self.freed.load(Ordering::SeqCst),
+        assert_eq!(
+            self.freed.load(Ordering::SeqCst),
+            0,
             "a quota used after it was freed"
         );
     }
 
-    /// Under loom, whether the quota's allocation has been given up (for the models).
+    /// Under loom, which party gave the quota's allocation up, if any (for the models).
     #[cfg(slotpool_loom)]
-    pub fn is_freed(&self) -> bool {
-        self.freed.load(Ordering::SeqCst)
+    pub fn freed_by(&self) -> Option<Freer> {
+        match self.freed.load(Ordering::SeqCst) {
+            0 => None,
+            1 => Some(Freer::Owner),
+            2 => Some(Freer::FastRelease),
+            _ => Some(Freer::SlowRelease),
+        }
     }
 }
 
