@@ -4,35 +4,42 @@
 //! # The algorithm
 //!
 //! Blocking work (a call that takes a mutex and may wait on `fsync`) runs on tokio's blocking
-//! pool. Each **operation family** (a key `K`) draws from a **share**: a [`Limit`] with a fixed
-//! number of slots, so one family stuck behind a slow disk parks at most its own share of the
-//! pool's threads. Families that serialize on the same lock are **aliased** to one share key and
-//! draw from one budget; refusals, logs, statistics and metrics still name the caller's own key.
+//! pool. Each **operation family** (a key `K`) draws from a **share**: a
+//! [`Quota`](crate::quota::Quota) with a fixed number of slots, so one family stuck behind a
+//! slow disk parks at most its own share of the pool's threads. Families that serialize on the
+//! same lock are **aliased** to one share key and draw from one budget; refusals, logs,
+//! statistics and metrics still name the caller's own key.
 //!
-//! The registry maps a caller key to a **route**: the share key, the share's `Arc<Limit>`, a
-//! refusal counter. It is two tables. The keys given to the builder live in a table that is
-//! **fixed at build time** and never written again, so looking one up is a plain hash lookup:
-//! no lock, not even an atomic. Keys registered at run time live in a second table
-//! **published** through arc-swap. A call:
+//! The registry maps a caller key to a **route**: the share key, the share's quota, the key's
+//! counters ([`crate::routes`], where the protocol is told). It is two tables. The keys given
+//! to the builder live in a table that is **fixed at build time** and never written again, so
+//! looking one up is a plain hash lookup: no lock, not even an atomic. Keys registered at run
+//! time live in a second table **published** through arc-swap. A call:
 //!
 //! 1. looks its key up in the fixed table, and only if it is not there in the published one
 //!    (one lock-free load); R2 takes a global `Mutex<BTreeMap>` here on every call;
-//! 2. tries the share's limiter without waiting, one CAS (the common case ends here: no clock
-//!    read, no timer);
+//! 2. tries the share's quota without waiting, one CAS (the common case ends here: no clock
+//!    read, no timer, no reference count);
 //! 3. only if the share is full, waits asynchronously (holding no thread) in
-//!    `tokio::time::timeout(max_wait, limit.acquire_owned())`; if the wait elapses the call is
+//!    `tokio::time::timeout(max_wait, quota.acquire())`; if the wait elapses the call is
 //!    **refused**: a per-key counter goes up and a warning names the key, its share and the wait
 //!    bound, never the request;
-//! 4. moves the [`OwnedPermit`] **into** the closure it hands to
-//!    [`tokio::task::spawn_blocking`], enters the caller's span **inside** that closure, and
-//!    releases the permit when the closure ends: by returning or by unwinding. A release is one
-//!    `fetch_add` and, with nobody waiting, no lock (R2's tokio `Semaphore` locks its waiter
-//!    queue on every permit drop).
+//! 4. moves the [`Admission`] **into** the closure it hands to
+//!    [`tokio::task::spawn_blocking`], enters the caller's span **inside** that closure, runs
+//!    the work inside a panic guard, and releases the slot when the closure ends. A release
+//!    with nobody waiting is one CAS and no lock (R2's tokio `Semaphore` locks its waiter queue
+//!    on every permit drop).
+//!
+//! The admission is `'static` yet holds **no reference count**: a share's quota stays
+//! allocated as long as any of its slots is out, because its word counts the slots out beside
+//! the waiters, and the one atomic step that leaves it with its owner gone and nothing out
+//! frees it ([`crate::quota`]). Admission and release are therefore two locked instructions,
+//! the two the slot itself costs, where an `Arc`'d permit costs four.
 //!
 //! Registering a key at run time takes a writer mutex, copies the published table, adds the
 //! route and publishes the copy. Lookups never take that mutex: they see the old table or the
 //! new one, whole. Existing routes are shared between the copies (`Arc`), so a key keeps its one
-//! limiter whichever table a caller read. A run-time alias may name a share of either table.
+//! quota whichever table a caller read. A run-time alias may name a share of either table.
 //!
 //! Both tables hash keys with [`KeyHasher`], a multiply-rotate hash (FxHash's family) rather
 //! than std's SipHash, which cost more than the rest of a lookup. It is not resistant to chosen
@@ -53,8 +60,13 @@
 //!   before the panic, so it reports [`Reach::MaybeApplied`] and a retry may duplicate it. A
 //!   **read** has no durable effect, so it reports [`Reach::NotSent`]: retrying is safe.
 //!
-//! The slot is freed in every case: the permit lives inside the closure, so it is released when
-//! the closure returns or unwinds, and never earlier. A caller that stops waiting (its future is
+//! A closure's panic is caught on the blocking thread, where it happened: the error carries
+//! it ([`KeyedError::Panicked`]'s `panic`, with its message), the caller key's panic count
+//! ([`KeyStats::panics`]) goes up, and a `tracing` error event names the key, the reach and
+//! the message (never the request). Nothing unwinds into the runtime or the caller.
+//!
+//! The slot is freed in every case: the admission lives inside the closure, so it is released
+//! when the closure returns or its panic is caught, and never earlier. A caller that stops waiting (its future is
 //! dropped mid-run) therefore keeps its slot taken until the work ends, and a second call in the
 //! same share cannot overlap durable work that is still running.
 //!
@@ -71,17 +83,19 @@
 //! # Statistics and metrics
 //!
 //! [`Keyed::stats`] reports, per caller key, its share, the share's slots in use and capacity,
-//! the calls waiting, and the key's refusals. With the `metrics` feature each caller key also
-//! exports a gauge `slotpool_keyed_in_use` (its calls holding a slot now) and a counter
-//! `slotpool_keyed_refusals_total`, both labelled `key` and `share`; the handles are
-//! registered once per key, with whatever recorder is installed when the key is registered.
+//! the calls waiting, and the key's refusals and panics. With the `metrics` feature each caller
+//! key also exports a gauge `slotpool_keyed_in_use` (its calls holding a slot now) and counters
+//! `slotpool_keyed_refusals_total` and `slotpool_keyed_panics_total`, all labelled `key` and
+//! `share`; the handles are registered once per key, with whatever recorder is installed when
+//! the key is registered. (The in-use gauge's handle is cloned into each admission, a
+//! reference count the feature adds to the hot path.)
 //!
 //! [`Keyed::admit`] is the admission alone, for callers that run their work elsewhere; it is
 //! also what the benchmarks measure against R2's admission.
 //!
-//! This module owns admission and the per-key counters; `route.rs` the key tables and their
-//! hasher, `builder.rs` the configuration, `error.rs` the errors. The permit protocol is
-//! [`crate::limit`]'s, and the wait queue is [`crate::gate`]'s.
+//! This module owns admission, the blocking pool and the per-key counters; `builder.rs` the
+//! configuration, `error.rs` the errors. The route tables are [`crate::routes`]'s, the slots
+//! [`crate::quota`]'s, and the wait queue [`crate::gate`]'s; the loom models drive those.
 //!
 //! # Example
 //!
