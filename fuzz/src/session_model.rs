@@ -161,16 +161,11 @@ impl Connector for FuzzConnector {
     }
 }
 
-/// A future that returns `result`, or panics when polled if there is none.
-fn futures_ready_or_panic<T>(result: Option<T>) -> impl Future<Output = T> + Send
-where
-    T: Send,
-{
-    async move {
-        match result {
-            Some(result) => result,
-            None => panic!("{}", INJECTED),
-        }
+/// Returns `result`, or panics (when polled, not when called) if there is none.
+async fn futures_ready_or_panic<T>(result: Option<T>) -> T {
+    match result {
+        Some(result) => result,
+        None => panic!("{}", INJECTED),
     }
 }
 
