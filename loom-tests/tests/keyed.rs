@@ -27,7 +27,6 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 use std::task::{Context, Poll, Waker};
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,45 +34,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slotpool::quota::{Freer, Quota, QuotaPermit};
 use slotpool::routes::{First, Routes, Table};
-
-/// Paths a model must take in at least one execution, and the executions it explored; kept
-/// outside loom (plain std atomics), so they add up across executions.
-#[derive(Default)]
-struct Coverage {
-    executions: StdAtomicUsize,
-    paths: [StdAtomicUsize; 4],
-}
-
-impl Coverage {
-    /// Path `n` was taken in this execution.
-    fn reached(&self, n: usize) {
-        self.paths[n].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Runs `body` under `loom::model`, then checks that more than one execution was explored and
-/// that each of the first `paths` paths was reached in at least one.
-fn explore(name: &str, paths: usize, body: impl Fn(&Coverage) + Send + Sync + 'static) {
-    let coverage = std::sync::Arc::new(Coverage::default());
-    let inner = std::sync::Arc::clone(&coverage);
-    loom::model(move || {
-        inner
-            .executions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        body(&inner);
-    });
-    let executions = coverage
-        .executions
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert!(executions > 1, "{name}: explored {executions} execution(s)");
-    for n in 0..paths {
-        let taken = coverage.paths[n].load(std::sync::atomic::Ordering::Relaxed);
-        assert!(
-            taken > 0,
-            "{name}: path {n} never taken in {executions} executions"
-        );
-    }
-}
+use slotpool_loom_tests::coverage::explore;
 
 /// The keyed pool's per-key state stands in as nothing: the models check routing and quotas.
 type Keys = Routes<&'static str, ()>;
@@ -371,20 +332,23 @@ fn alias_registration_racing_admission() {
     });
 }
 
+/// Registers `key` as a share of one, at run time, on a thread of its own.
+fn register_share_on_a_thread(keys: &Arc<Keys>, key: &'static str) -> thread::JoinHandle<()> {
+    let keys = Arc::clone(keys);
+    thread::spawn(move || {
+        let published =
+            keys.publish(|table, fixed| table.add_share(Some(fixed), key, 1, |_, _| ()));
+        assert!(published.is_ok());
+    })
+}
+
 /// A share registered at run time while the registry is closed: whichever goes first, the new
 /// share ends closed (no caller is admitted by a quota published after the close).
 #[test]
 fn registration_racing_close() {
     explore("registration_racing_close", 1, |coverage| {
         let keys = journal(1);
-        let registrar = {
-            let keys = Arc::clone(&keys);
-            thread::spawn(move || {
-                let published = keys
-                    .publish(|table, fixed| table.add_share(Some(fixed), "index", 1, |_, _| ()));
-                assert!(published.is_ok());
-            })
-        };
+        let registrar = register_share_on_a_thread(&keys, "index");
         keys.close();
         let registered_first = keys.with_route(&"index", |route| route.is_some());
         join(registrar);
@@ -403,14 +367,7 @@ fn registration_racing_close() {
 fn concurrent_registrations_both_land() {
     explore("concurrent_registrations_both_land", 1, |coverage| {
         let keys = journal(1);
-        let registrar = {
-            let keys = Arc::clone(&keys);
-            thread::spawn(move || {
-                let published = keys
-                    .publish(|table, fixed| table.add_share(Some(fixed), "index", 1, |_, _| ()));
-                assert!(published.is_ok());
-            })
-        };
+        let registrar = register_share_on_a_thread(&keys, "index");
         let published = keys
             .publish(|table, fixed| table.add_alias(Some(fixed), "append", "journal", |_, _| ()));
         assert!(published.is_ok());

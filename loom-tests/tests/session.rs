@@ -23,8 +23,6 @@
 //! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release -p
 //! slotpool-loom-tests --test session --target-dir target/loom`.
 
-use std::sync::atomic::AtomicUsize as StdAtomicUsize;
-
 use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -34,48 +32,10 @@ use slotpool::flight::{
     UseStamp,
 };
 use slotpool::{Limit, OwnedPermit};
+use slotpool_loom_tests::coverage::explore;
 
 /// Idle bound used by every model (nanoseconds).
 const MAX_IDLE: u64 = 10;
-
-/// Paths a model must take in at least one execution, and the executions it explored; kept
-/// outside loom (plain std atomics), so they add up across executions.
-#[derive(Default)]
-struct Coverage {
-    executions: StdAtomicUsize,
-    paths: [StdAtomicUsize; 4],
-}
-
-impl Coverage {
-    /// Path `n` was taken in this execution.
-    fn reached(&self, n: usize) {
-        self.paths[n].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Runs `body` under `loom::model`, then checks that more than one execution was explored and
-/// that each of the first `paths` paths was reached in at least one.
-fn explore(name: &str, paths: usize, body: impl Fn(&Coverage) + Send + Sync + 'static) {
-    let coverage = std::sync::Arc::new(Coverage::default());
-    let inner = std::sync::Arc::clone(&coverage);
-    loom::model(move || {
-        inner
-            .executions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        body(&inner);
-    });
-    let executions = coverage
-        .executions
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert!(executions > 1, "{name}: explored {executions} execution(s)");
-    for n in 0..paths {
-        let taken = coverage.paths[n].load(std::sync::atomic::Ordering::Relaxed);
-        assert!(
-            taken > 0,
-            "{name}: path {n} never taken in {executions} executions"
-        );
-    }
-}
 
 /// Stands in for `Live`: an id, a use stamp, liveness, the permit it owns until retired.
 struct Res {
