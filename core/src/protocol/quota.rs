@@ -272,9 +272,14 @@ impl Quota {
     }
 
     /// Takes a permit if one is free, without waiting: one CAS.
+    ///
+    /// The first CAS expects the quota idle (every permit free, nothing else set) rather than
+    /// loading the word first: when it is, the take is the CAS alone, and when it is not the
+    /// failed CAS returns the word to decide on, so a word another core wrote moves to this
+    /// core once, not twice (a load, then the CAS).
     #[inline]
     pub fn try_acquire(&self) -> Result<QuotaPermit, TryAcquireError> {
-        let mut seen = self.word.load(Ordering::Relaxed);
+        let mut seen = self.capacity as u64;
         loop {
             let word = Word(seen);
             if word.closed() {
@@ -348,7 +353,9 @@ impl Quota {
         // SAFETY: the caller holds a permit: the word is not done, so the allocation is live.
         let this = unsafe { quota.as_ref() };
         this.assert_live();
-        let mut seen = this.word.load(Ordering::Relaxed);
+        // Expect this permit to be the only one out (as `try_acquire` expects an idle quota):
+        // the common case costs the CAS alone.
+        let mut seen = this.capacity as u64 - FREE_ONE;
         loop {
             if Word(seen).waiters() != 0 {
                 // SAFETY: as for this function; the permit is still held.
