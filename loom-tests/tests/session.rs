@@ -137,9 +137,9 @@ impl Pool {
         let key = self.directory.hashed(&key);
         let mut path = Path::default();
         loop {
-            let mut step = self.directory.lookup(key, now, MAX_IDLE);
+            let mut step = self.directory.lookup(key, || now, MAX_IDLE);
             if let Step::Vacant = step {
-                step = self.directory.claim(key, now, MAX_IDLE, || *key.key());
+                step = self.directory.claim(key, || now, MAX_IDLE, || *key.key());
             }
             let flight = match step {
                 Step::Ready(res) => return (Ok(res), path),
@@ -161,7 +161,7 @@ impl Pool {
                     self.establish(key, now, &flight, permit);
                     flight
                 }
-                Step::Exhausted(error) => return (Err(error), path),
+                Step::Exhausted => return (Err(self.directory.exhausted()), path),
                 Step::Closed => return (Err(Failure::Closed), path),
             };
             return (block_on(Flight::wait(flight)), path);

@@ -52,22 +52,6 @@ pub(super) async fn call<F: Future>(
     caught
 }
 
-/// [`call`] for a stage of an establishment: a panic becomes [`SessionError::Panicked`] with
-/// the stage's reach.
-pub(super) async fn stage<F: Future>(
-    counters: &Counters,
-    which: Stage,
-    make: impl FnOnce() -> F,
-) -> Result<F::Output, SessionError> {
-    call(counters, which.place(), make)
-        .await
-        .map_err(|panic| SessionError::Panicked {
-            stage: which,
-            reach: which.reach(),
-            panic,
-        })
-}
-
 /// A leader's establishment, owned by its future ([`Drive`]). Its `Drop` ends the flight if the future
 /// is dropped or unwinds before [`Lead::finish`].
 pub(super) struct Lead<C: Connector, S> {
@@ -138,12 +122,15 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
             Some(conn) => conn,
             None => {
                 bump(&counters.connects);
-                stage(counters, Stage::Connect, || connector.connect_for(key))
-                    .await?
-                    .map_err(|error| SessionError::Connect {
-                        source: source(error),
-                        reach: Reach::NotSent,
-                    })?
+                call(counters, Stage::Connect.place(), || {
+                    connector.connect_for(key)
+                })
+                .await
+                .map_err(|panic| Stage::Connect.panicked(panic))?
+                .map_err(|error| SessionError::Connect {
+                    source: source(error),
+                    reach: Reach::NotSent,
+                })?
             }
         };
         let opened = Opened {
@@ -154,8 +141,9 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
         let Some(conn) = opened.get() else {
             unreachable!("`opened` was just built with a connection")
         };
-        let stored = stage(counters, Stage::Lookup, || store.loop_id(key))
-            .await?
+        let stored = call(counters, Stage::Lookup.place(), || store.loop_id(key))
+            .await
+            .map_err(|panic| Stage::Lookup.panicked(panic))?
             .map_err(|error| SessionError::Store {
                 op: StoreOp::Lookup,
                 source: source(error),
@@ -164,13 +152,17 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
         self.reach = Reach::MaybeApplied;
         let bootstrap = || connector.bootstrap(conn, key, &ctx);
         let (loop_id, origin) = match stored.filter(LoopId::is_attachable) {
-            Some(stored) => match stage(counters, Stage::Reattach, || {
+            Some(stored) => match call(counters, Stage::Reattach.place(), || {
                 connector.reattach(conn, &stored)
             })
-            .await?
+            .await
+            .map_err(|panic| Stage::Reattach.panicked(panic))?
             {
                 Ok(()) => (stored, Origin::Reattached),
-                Err(reattach) => match stage(counters, Stage::Bootstrap, bootstrap).await? {
+                Err(reattach) => match call(counters, Stage::Bootstrap.place(), bootstrap)
+                    .await
+                    .map_err(|panic| Stage::Bootstrap.panicked(panic))?
+                {
                     Ok(fresh) => (fresh, Origin::BootstrappedAfterReattach),
                     Err(bootstrap) => {
                         return Err(SessionError::Reattach {
@@ -182,7 +174,10 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
                     }
                 },
             },
-            None => match stage(counters, Stage::Bootstrap, bootstrap).await? {
+            None => match call(counters, Stage::Bootstrap.place(), bootstrap)
+                .await
+                .map_err(|panic| Stage::Bootstrap.panicked(panic))?
+            {
                 Ok(fresh) => (fresh, Origin::Bootstrapped),
                 Err(error) => {
                     return Err(SessionError::Bootstrap {
@@ -207,8 +202,9 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
                 workspace: ctx.workspace,
                 user: ctx.user,
             };
-            stage(counters, Stage::Save, || store.save(record))
-                .await?
+            call(counters, Stage::Save.place(), || store.save(record))
+                .await
+                .map_err(|panic| Stage::Save.panicked(panic))?
                 .map_err(|error| SessionError::Store {
                     op: StoreOp::Save,
                     source: source(error),
@@ -286,9 +282,6 @@ pub(super) struct Drive<C: Connector> {
     pub(super) establishment: Option<Pin<Box<dyn Future<Output = Outcome<C>> + Send + 'static>>>,
     /// Where to finish it if the leader goes away.
     pub(super) runtime: tokio::runtime::Handle,
-    /// The flight the establishment completes.
-    pub(super) flight: Arc<Flight<Outcome<C>>>,
-    pub(super) counters: Arc<Counters>,
 }
 
 impl<C: Connector> Future for Drive<C> {
@@ -309,17 +302,14 @@ impl<C: Connector> Future for Drive<C> {
             Ok(Poll::Pending) => Poll::Pending,
             Err(panic) => {
                 // Unreachable through user code (each call is guarded); a panic here is the
-                // pool's own. `Lead`'s drop ran during the unwind and failed the flight with
-                // `Aborted`; the establishment is never polled (nor spawned) again.
+                // pool's own. `Lead`'s drop ran during the unwind: it returned the permit and
+                // failed the flight with `Aborted`, which the leader reports too. The
+                // establishment is never polled (nor spawned) again.
                 report("session establishment", &panic);
-                bump(&self.counters.panics);
                 drop_guarded(self.establishment.take());
-                Poll::Ready(match self.flight.result() {
-                    Some(outcome) => outcome,
-                    None => Err(SessionError::Aborted {
-                        reach: Reach::MaybeApplied,
-                    }),
-                })
+                Poll::Ready(Err(SessionError::Aborted {
+                    reach: Reach::MaybeApplied,
+                }))
             }
         }
     }

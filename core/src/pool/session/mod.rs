@@ -323,6 +323,15 @@ impl Stage {
         }
     }
 
+    /// The error of an establishment whose user code panicked in this stage.
+    fn panicked(self, panic: Panic) -> SessionError {
+        SessionError::Panicked {
+            stage: self,
+            reach: self.reach(),
+            panic,
+        }
+    }
+
     /// The user code that runs in this stage, for the log.
     fn place(self) -> &'static str {
         match self {
@@ -545,7 +554,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         // Hashed once for every registry call this acquire makes.
         let key = directory.hashed(session);
         loop {
-            let mut step = directory.lookup(key, shared.now(), shared.max_idle_ns);
+            let mut step = directory.lookup(key, || shared.now(), shared.max_idle_ns);
             // The owned key a claim inserts, kept for the establishment too.
             let mut owned = None;
             if let Step::Vacant = step {
@@ -555,11 +564,16 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 // run (or, once released, drop) the readers it spawned instead of piling them
                 // up. Cancel-safe: nothing is held yet.
                 tokio::task::coop::consume_budget().await;
-                step = directory.claim(key, shared.now(), shared.max_idle_ns, || {
-                    let made: Arc<str> = Arc::from(session);
-                    owned = Some(Arc::clone(&made));
-                    made
-                });
+                step = directory.claim(
+                    key,
+                    || shared.now(),
+                    shared.max_idle_ns,
+                    || {
+                        let made: Arc<str> = Arc::from(session);
+                        owned = Some(Arc::clone(&made));
+                        made
+                    },
+                );
             }
             let flight = match step {
                 Step::Ready(live) => return Ok(Session { live }),
@@ -579,9 +593,9 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                     let establishment = self.lead(key, owned, ctx, flight, permit)?;
                     return establishment.await.map(|live| Session { live });
                 }
-                Step::Exhausted(error) => {
+                Step::Exhausted => {
                     bump(&shared.counters.exhausted);
-                    return Err(error);
+                    return Err(directory.exhausted());
                 }
                 Step::Closed => return Err(SessionError::Closed),
             };
@@ -612,7 +626,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
             shared: Arc::clone(shared),
             key: owned,
             hash: key.hash(),
-            flight: Arc::clone(&flight),
+            flight,
             permit: Some(permit),
             reach: Reach::NotSent,
             finished: false,
@@ -622,8 +636,6 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         Ok(Drive {
             establishment: Some(Box::pin(lead.run(ctx.clone()))),
             runtime,
-            flight,
-            counters: Arc::clone(&shared.counters),
         })
     }
 
@@ -701,12 +713,15 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
             }
             bump(&shared.counters.connects);
             let connector = &*shared.connector;
-            let conn = establish::stage(&shared.counters, Stage::Connect, || connector.connect())
-                .await?
-                .map_err(|error| SessionError::Connect {
-                    source: source(error),
-                    reach: Reach::NotSent,
-                })?;
+            let conn = establish::call(&shared.counters, Stage::Connect.place(), || {
+                connector.connect()
+            })
+            .await
+            .map_err(|panic| Stage::Connect.panicked(panic))?
+            .map_err(|error| SessionError::Connect {
+                source: source(error),
+                reach: Reach::NotSent,
+            })?;
             opened += 1;
             let mut idle = shared.idle.lock();
             if self.is_stopped() || idle.len() >= shared.prewarm {

@@ -86,13 +86,15 @@ pub enum Step<V, E> {
         permit: OwnedPermit,
     },
     /// ([`Directory::claim`] only.) The caller would have led, but every permit is out; the
-    /// flight was abandoned and completed with this error (its joiners have it too).
-    Exhausted(E),
+    /// flight was abandoned and completed with [`Refusal::exhausted`] (its joiners have that;
+    /// [`Directory::exhausted`] makes the same error for the caller). No payload, so a step
+    /// stays small to move on the hot path.
+    Exhausted,
     /// The directory is closed.
     Closed,
 }
 
-impl<V: fmt::Debug, E: fmt::Debug> fmt::Debug for Step<V, E> {
+impl<V: fmt::Debug, E> fmt::Debug for Step<V, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Step::Ready(value) => f.debug_tuple("Ready").field(value).finish(),
@@ -100,7 +102,7 @@ impl<V: fmt::Debug, E: fmt::Debug> fmt::Debug for Step<V, E> {
             Step::Vacant => f.write_str("Vacant"),
             Step::Again { rebuilt } => f.debug_struct("Again").field("rebuilt", rebuilt).finish(),
             Step::Lead { .. } => f.write_str("Lead"),
-            Step::Exhausted(error) => f.debug_tuple("Exhausted").field(error).finish(),
+            Step::Exhausted => f.write_str("Exhausted"),
             Step::Closed => f.write_str("Closed"),
         }
     }
@@ -174,6 +176,11 @@ where
         &self.limit
     }
 
+    /// The error of a [`Step::Exhausted`] claim.
+    pub fn exhausted(&self) -> E {
+        E::exhausted(self.limit.capacity())
+    }
+
     /// Hashes `key` for the operations that follow.
     #[inline]
     pub fn hashed<'a, Q>(&self, key: &'a Q) -> Hashed<'a, Q>
@@ -184,17 +191,23 @@ where
         self.registry.hashed(key)
     }
 
-    /// The first step of an acquire at `now`: a ready value, a flight to join, nothing, or a
-    /// value that had to be retired. Takes only the shard's read lock (and, to remove a retired
-    /// value, its write lock).
+    /// The first step of an acquire: a ready value, a flight to join, nothing, or a value that
+    /// had to be retired. Takes only the shard's read lock (and, to remove a retired value, its
+    /// write lock). `now` (the time, in the stamps' nanoseconds) is read only if a value is
+    /// found and checked.
     #[inline]
-    pub fn lookup<Q>(&self, key: Hashed<'_, Q>, now: u64, max_idle: u64) -> Step<V, E>
+    pub fn lookup<Q>(
+        &self,
+        key: Hashed<'_, Q>,
+        now: impl FnOnce() -> u64,
+        max_idle: u64,
+    ) -> Step<V, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         match self.registry.get(key) {
-            Some(Entry::Ready(value)) => self.check(key, value, now, max_idle),
+            Some(Entry::Ready(value)) => self.check(key, value, now(), max_idle),
             Some(Entry::Flying(flight)) => Step::Join(flight),
             None => Step::Vacant,
         }
@@ -202,11 +215,11 @@ where
 
     /// The step after a [`Step::Vacant`] lookup: what the key holds now, or a new flight led by
     /// the caller with its permit taken. `make_key` builds the owned key only if one is
-    /// inserted.
+    /// inserted; `now` is read only if a value is found and checked.
     pub fn claim<Q>(
         &self,
         key: Hashed<'_, Q>,
-        now: u64,
+        now: impl FnOnce() -> u64,
         max_idle: u64,
         make_key: impl FnOnce() -> K,
     ) -> Step<V, E>
@@ -215,17 +228,14 @@ where
         Q: Hash + Eq + ?Sized,
     {
         match self.registry.claim(key, make_key) {
-            Claim::Ready(value) => self.check(key, value, now, max_idle),
+            Claim::Ready(value) => self.check(key, value, now(), max_idle),
             Claim::Join(flight) => Step::Join(flight),
             Claim::Closed => Step::Closed,
             Claim::Lead(flight) => match Limit::try_acquire_owned(&self.limit) {
                 Ok(permit) => Step::Lead { flight, permit },
                 Err(refused) => {
                     let (error, step) = match refused {
-                        TryAcquireError::NoCapacity => {
-                            let error = E::exhausted(self.limit.capacity());
-                            (error.clone(), Step::Exhausted(error))
-                        }
+                        TryAcquireError::NoCapacity => (self.exhausted(), Step::Exhausted),
                         // A bare `Limit` has no breaker: `Unavailable` cannot come from it.
                         TryAcquireError::Closed | TryAcquireError::Unavailable { .. } => {
                             (E::closed(), Step::Closed)
