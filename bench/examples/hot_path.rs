@@ -8,6 +8,8 @@
 //! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
 //! `stream-depth1` and `reference-depth1` run `stream-depth1/uncontended`, and
 //! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
+//! `keyed` and `keyed-reference` run `keyed/uncontended` (admit over R2's 19 aliased families,
+//! then release) for slotpool's `Keyed` and R2's design, and print their wall time per round;
 //! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
 //! `acquire().await` loop) also print their wall time per round, to separate the atomic path
 //! from the future. The timed rounds run inside [`timed`], so
@@ -16,6 +18,7 @@
 use std::sync::Arc;
 
 use slotpool_bench::cases::client as client_cases;
+use slotpool_bench::cases::keyed as keyed_cases;
 use slotpool_bench::cases::stream::{
     prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
     slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
@@ -117,6 +120,18 @@ fn main() {
         "client-deadpool" => {
             let pool = client_cases::deadpool(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "keyed" => {
+            let keyed = keyed_cases::slotpool_keyed();
+            let elapsed =
+                timed(|| rt.block_on(keyed_cases::slotpool_admit_release(&keyed, 0, rounds)));
+            println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
+        }
+        "keyed-reference" => {
+            let reference = slotpool_bench::reference::keyed::RefKeyed::new();
+            let elapsed =
+                timed(|| rt.block_on(keyed_cases::reference_admit_release(&reference, 0, rounds)));
+            println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
         }
         other => panic!("unknown path `{other}` (see the module docs)"),
     }

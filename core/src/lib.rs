@@ -22,14 +22,16 @@
 //! | protocol | `protocol/limit.rs` | [`limit`]: a counting limiter (semaphore) on the gate |
 //! | protocol | `protocol/exclusive.rs` | [`exclusive`]: slots of load 0 or 1 that own one value each, and the reaper's handshake |
 //! | protocol | `protocol/shared.rs` | [`shared`]: slots whose load counts the holders of one shared value, and its share word |
-//! | protocol | `protocol/flight/` | [`flight`]: single-flight registry (`mod.rs`), use stamps (`stamp.rs`), batches (`batch.rs`) |
+//! | protocol | `protocol/quota.rs` | [`quota`]: a counting limiter whose permits hold no reference count (keyed admission's shares) |
+//! | protocol | `protocol/routes.rs` | [`routes`]: keyed admission's route tables (fixed and published), aliases, registration and close |
+//! | protocol | `protocol/flight/` | [`flight`]: single-flight registry (`mod.rs`), the session pool's decisions (`directory.rs`), use stamps (`stamp.rs`), batches (`batch.rs`) |
 //! | protocol | `protocol/breaker.rs` | [`breaker`]: a consecutive-failure circuit breaker with one half-open probe |
 //! | pool | `pool/settings.rs` | the settings every pool shares (idle timeout, reaping, clock, breaker) and their setters |
 //! | pool | `pool/reap.rs` | the background reaper task every pool runs around its plain `reap(now)` |
 //! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, guards and the reaper's hung-peer checks, `driver.rs` a stream's task and its failures (panics of user code, timeouts), `routing.rs` where its responses go (by id or in order), `builder.rs` the settings |
 //! | pool | `pool/channel.rs` | [`channel`]: shared lazy channels (R1), on the shared cell |
 //! | pool | `pool/client.rs` | [`client`]: exclusive clients over channels (R1), on the exclusive cell |
-//! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission, `route.rs` the key tables, `builder.rs`, `error.rs` |
+//! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission and the blocking pool, `builder.rs`, `error.rs` |
 //! | pool | `pool/session/` | [`session`]: one live connection per session (R3). `mod.rs` the acquire path, `establish.rs`, `live.rs`, `store.rs`, `builder.rs`, `error.rs` |
 //! | integration | `integration/tonic.rs` | `tonic` (feature): lazy tonic channels and a bidi stream connector |
 //! | integration | `integration/metrics.rs` | `metrics` (feature): every pool's stats through the `metrics` facade |
@@ -46,7 +48,7 @@ mod integration;
 #[cfg(not(slotpool_loom))]
 mod pool;
 
-pub use protocol::{breaker, exclusive, flight, gate, limit, shared, slots};
+pub use protocol::{breaker, exclusive, flight, gate, limit, quota, routes, shared, slots};
 
 #[cfg(not(slotpool_loom))]
 pub use pool::{channel, client, keyed, session, stream};

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use common::keyed::{hold, one_slot_journal, read_now, LONG};
 use common::logs::capture_logs;
-use common::{built, run_spawned, spawn_with};
+use common::panics::{inject, listen_across_threads, watch_panics};
+use common::{built, join_all, run_spawned, spawn_with};
 use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
 use slotpool::{ConfigError, Reach};
 
@@ -150,44 +151,138 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
     assert_eq!(keyed.stats_for(&"journal").map(|s| s.in_use), Some(0));
 }
 
-/// A panicking closure frees its slot; a mutation reports "may have applied", a read "no
-/// effect"; the next call is admitted without waiting.
+/// A panicking closure frees its slot; the error carries its message (also logged) and says
+/// "may have applied" for a mutation, "no effect" for a read; the panic is counted against
+/// the caller's key; the next call is admitted without waiting.
 #[tokio::test]
 async fn a_panic_frees_the_slot() {
     let keyed = one_slot_journal();
+    let (logs, _guard) = capture_logs();
+    let _listening = listen_across_threads();
     let mutation = keyed
         .mutate(&"ledger", LONG, tracing::Span::none(), || -> u8 {
-            panic!("mutation failed mid-commit")
+            inject("mutation mid-commit")
         })
         .await;
-    assert_eq!(
-        mutation,
-        Err(KeyedError::Panicked {
-            key: "ledger",
-            reach: Reach::MaybeApplied
-        })
-    );
+    match &mutation {
+        Err(KeyedError::Panicked { key, reach, panic }) => {
+            assert_eq!((*key, *reach), ("ledger", Reach::MaybeApplied));
+            assert!(panic.message().contains("mutation mid-commit exploded"));
+        }
+        other => panic!("expected a panic, got {other:?}"),
+    }
+    assert!(!mutation.is_err_and(|e| e.reach().retry_is_safe()));
     assert_eq!(keyed.stats_for(&"journal").map(|s| s.in_use), Some(0));
+    assert!(
+        logs.text().contains("mutation mid-commit exploded"),
+        "the message is logged: {}",
+        logs.text()
+    );
 
     let read = keyed
         .read(&"journal", LONG, tracing::Span::none(), || -> u8 {
-            panic!("read failed")
+            inject("read")
         })
         .await;
-    assert_eq!(
-        read,
-        Err(KeyedError::Panicked {
-            key: "journal",
-            reach: Reach::NotSent
-        })
+    assert!(
+        matches!(
+            &read,
+            Err(KeyedError::Panicked {
+                key: "journal",
+                reach: Reach::NotSent,
+                ..
+            })
+        ),
+        "{read:?}"
     );
     assert!(read.is_err_and(|e| e.reach().retry_is_safe()));
+    let panics = |key| keyed.stats_for(&key).map(|s| s.panics);
+    assert_eq!((panics("ledger"), panics("journal")), (Some(1), Some(1)));
 
     // Zero wait: this succeeds only if the slot is free right now.
     let next = keyed
         .mutate(&"journal", Duration::ZERO, tracing::Span::none(), || 5)
         .await;
     assert_eq!(next, Ok(5));
+}
+
+/// Calls on two small shares (one aliased) from many tasks on two workers, with one closure in
+/// five panicking: every call ends with its value or a `Panicked` of the right reach, nothing
+/// is refused or lost, every slot comes back, and each key counted exactly its own panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panic_storm_keeps_exact_accounting() {
+    watch_panics();
+    let keyed = Keyed::builder()
+        .share("journal", 2)
+        .alias("ledger", "journal")
+        .share("index", 1)
+        .build();
+    let keyed = Arc::new(built(keyed));
+    let keys = ["journal", "ledger", "index"];
+    let tasks: Vec<_> = (0..6)
+        .map(|task| {
+            spawn_with(&keyed, move |keyed| async move {
+                let mut thrown = [0u64; 3];
+                let mut ok = 0u64;
+                for call in 0..150u64 {
+                    let k = ((call + task) % 3) as usize;
+                    let mutation = call % 2 == 0;
+                    let explodes = (call * 7 + task * 3) % 5 == 0;
+                    thrown[k] += u64::from(explodes);
+                    let work = move || {
+                        if explodes {
+                            inject("storm closure");
+                        }
+                        call
+                    };
+                    let span = tracing::Span::none();
+                    let result = if mutation {
+                        keyed.mutate(&keys[k], LONG, span, work).await
+                    } else {
+                        keyed.read(&keys[k], LONG, span, work).await
+                    };
+                    match result {
+                        Ok(value) => {
+                            assert!(!explodes);
+                            assert_eq!(value, call);
+                            ok += 1;
+                        }
+                        Err(KeyedError::Panicked { key, reach, .. }) => {
+                            assert!(explodes);
+                            assert_eq!(key, keys[k]);
+                            let want = if mutation {
+                                Reach::MaybeApplied
+                            } else {
+                                Reach::NotSent
+                            };
+                            assert_eq!(reach, want);
+                        }
+                        Err(other) => panic!("unexpected {other}"),
+                    }
+                }
+                (thrown, ok)
+            })
+        })
+        .collect();
+    let mut thrown = [0u64; 3];
+    let mut ok = 0;
+    for (task_thrown, task_ok) in join_all(tasks).await {
+        for k in 0..3 {
+            thrown[k] += task_thrown[k];
+        }
+        ok += task_ok;
+    }
+    assert_eq!(ok + thrown.iter().sum::<u64>(), 6 * 150);
+    for (k, key) in keys.iter().enumerate() {
+        let stats = keyed.stats_for(key).expect("registered");
+        assert_eq!(stats.panics, thrown[k], "{key}");
+        assert_eq!(
+            (stats.in_use, stats.waiting, stats.refusals),
+            (0, 0, 0),
+            "{key}"
+        );
+    }
+    assert!(thrown.iter().all(|&n| n > 0), "{thrown:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -532,11 +627,25 @@ fn bad_configurations_are_typed_errors() {
             .err(),
         Some(KeyedConfigError::Duplicate { key: "journal" })
     );
+    assert_eq!(
+        Keyed::builder()
+            .share("journal", slotpool::keyed::MAX_SHARE + 1)
+            .build()
+            .err(),
+        Some(KeyedConfigError::InvalidShare {
+            key: "journal",
+            error: ConfigError::TooLarge {
+                name: "capacity",
+                value: slotpool::keyed::MAX_SHARE as u64 + 1,
+                max: slotpool::keyed::MAX_SHARE as u64
+            }
+        })
+    );
     // Overflowing sums do not fit either.
     assert!(matches!(
         Keyed::builder()
-            .share("a", usize::MAX >> 5)
-            .share("b", usize::MAX >> 5)
+            .share("a", slotpool::keyed::MAX_SHARE)
+            .share("b", slotpool::keyed::MAX_SHARE)
             .reserved_threads(usize::MAX)
             .max_blocking_threads(usize::MAX)
             .build(),

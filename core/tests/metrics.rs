@@ -14,6 +14,8 @@ use slotpool::session::SessionStats;
 
 use capture::Capture;
 use common::channel::Lazy;
+use common::logs::capture_logs;
+use common::panics::{inject, listen_across_threads};
 use common::stream::{round_trip, Script};
 
 #[tokio::test]
@@ -135,6 +137,58 @@ fn exporter_follows_the_pool_and_ends_with_it() {
             drop(guards);
             tokio::time::sleep(Duration::from_secs(10)).await;
             assert_eq!(capture.gauge("slotpool_channel_clients{pool=lazy}"), 0.0);
+            drop(channels);
+            tokio::time::timeout(Duration::from_secs(60), exporter)
+                .await
+                .expect("the exporter stops once the pool is gone")
+                .expect("the exporter did not panic");
+        });
+    });
+}
+
+/// A stats callback that panics is contained: the tick's export is skipped, the panic's message
+/// is logged, and the exporter goes on (the next tick exports) and still ends with the pool.
+#[test]
+fn a_panicking_stats_callback_does_not_kill_the_exporter() {
+    let capture = Capture::default();
+    let (logs, _guard) = capture_logs();
+    let _listening = listen_across_threads();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&capture, || {
+        runtime.block_on(async {
+            let channels = ChannelPool::builder(Lazy::default()).build().unwrap();
+            let guards: Vec<_> = (0..2).map(|_| channels.get()).collect();
+            let weak = Arc::downgrade(&channels);
+            let mut calls = 0;
+            let exporter = spawn_exporter("flaky", Duration::from_secs(10), move || {
+                calls += 1;
+                if calls == 1 {
+                    inject("stats callback");
+                }
+                weak.upgrade().map(|pool| pool.stats())
+            });
+            // The first tick (at once) panics: nothing exported, the panic logged.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(
+                capture
+                    .gauge("slotpool_channel_clients{pool=flaky}")
+                    .is_nan(),
+                "nothing exported yet"
+            );
+            assert!(
+                logs.text().contains("stats callback exploded"),
+                "the panic's message is logged: {}",
+                logs.text()
+            );
+            assert!(!exporter.is_finished(), "the exporter goes on");
+            // The second tick exports.
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            assert_eq!(capture.gauge("slotpool_channel_clients{pool=flaky}"), 2.0);
+            drop(guards);
             drop(channels);
             tokio::time::timeout(Duration::from_secs(60), exporter)
                 .await

@@ -9,12 +9,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::logs::capture_logs;
+use common::panics::{listen_across_threads, panics_saying, watch_panics, INJECTED};
 use common::session::{
     assert_all_closed, assert_balanced, cancel_the_only_caller_mid_bootstrap, ctx, fake, held_pool,
-    pool, pool_on, seeded, settle_establishments, spawn_acquire, ArcStore, Fake, Flaky, FlakyStore,
+    pool, pool_on, seeded, settle_establishments, spawn_acquire, Counts, Fake, Flaky, FlakyStore,
 };
 use common::{build_error, join_all, run_spawned, settle, settle_until, spawn_with};
-use slotpool::session::{MemoryStore, Origin, SessionContext, SessionError, SessionPool, StoreOp};
+use slotpool::session::{
+    MemoryStore, Origin, SessionContext, SessionError, SessionPool, Stage, StoreOp,
+};
 use slotpool::{ConfigError, Reach};
 
 // ----------------------------------------------------------------------------------------
@@ -88,7 +92,7 @@ async fn hot_acquire_returns_the_same_connection() {
 #[tokio::test]
 async fn bootstrap_persists_the_new_loop_id() {
     let store = Arc::new(MemoryStore::new());
-    let (pool, _counts) = pool_on(None, ArcStore(Arc::clone(&store)));
+    let (pool, _counts) = pool_on(None, Arc::clone(&store));
     let session = pool
         .acquire("s", &SessionContext::new("w1", "alice"))
         .await
@@ -656,4 +660,263 @@ async fn prewarmed_connections_skip_the_connect() {
         counts.closed(),
         "stop closes prewarmed connections too"
     );
+}
+
+// ----------------------------------------------------------------------------------------
+// Panics of user code
+// ----------------------------------------------------------------------------------------
+
+/// The error of an acquire that hit an injected panic: `Panicked` at `stage`, with the stage's
+/// reach and the panic's message.
+fn assert_panicked(result: Result<slotpool::session::Session<Fake>, SessionError>, stage: Stage) {
+    match result {
+        Err(SessionError::Panicked {
+            stage: got,
+            panic,
+            reach,
+        }) => {
+            assert_eq!(got, stage);
+            assert_eq!(reach, stage.reach());
+            assert!(panic.message().contains(INJECTED), "{panic:?}");
+        }
+        other => panic!("expected a panic at {stage:?}, got {other:?}"),
+    }
+}
+
+/// After a contained panic the pool is whole: nothing establishing, capacity held by the
+/// active sessions alone, every opened connection closed or live, the panic counted as
+/// many times as it was injected, and a fresh session can be established.
+async fn assert_unpoisoned<S: slotpool::session::SessionStore>(
+    pool: &SessionPool<Fake, S>,
+    counts: &Counts,
+) {
+    settle_establishments(pool).await;
+    assert_balanced(pool, counts);
+    assert_eq!(pool.stats().panics, counts.panics(), "{:?}", pool.stats());
+    let fresh = pool.acquire("after-the-panic", &ctx()).await;
+    assert!(fresh.is_ok(), "{fresh:?}");
+    assert!(pool.release("after-the-panic"));
+    assert_eq!(
+        panics_saying("resumed after panicking"),
+        0,
+        "a panicked future was polled again"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_connect_fails_with_not_sent() {
+    let (pool, counts, _time) = pool(1);
+    counts.panic_connect.store(1, Ordering::SeqCst);
+    let (logs, _guard) = capture_logs();
+    let _listening = listen_across_threads();
+    assert_panicked(pool.acquire("s", &ctx()).await, Stage::Connect);
+    assert!(
+        logs.text().contains("connect exploded"),
+        "the panic's message is logged: {}",
+        logs.text()
+    );
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.in_use, stats.failures, stats.panics),
+        (0, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(counts.opened(), 0);
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+/// The bug this guards against: a bootstrap that panicked unwound through the first caller's
+/// `acquire`, and the establishment it left behind was spawned by the driver's `Drop` and
+/// resumed on a worker, which panicked again ("`async fn` resumed after panicking").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_bootstrap_in_the_first_acquire_is_contained() {
+    watch_panics();
+    let (pool, counts, _time) = pool(1);
+    let pool = Arc::new(pool);
+    counts.panic_bootstrap.store(1, Ordering::SeqCst);
+    let caller = spawn_acquire(&pool, "s").await;
+    let result = caller.expect("the caller's task did not panic");
+    assert_panicked(result, Stage::Bootstrap);
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_eq!(pool.stats().in_use, 0);
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+/// Every caller of a flight whose bootstrap panics gets the panic; so does a follower whose
+/// leader was cancelled before the panic (the establishment then runs as a task).
+#[tokio::test]
+async fn a_panicking_bootstrap_reaches_every_caller_of_its_flight() {
+    watch_panics();
+    let (pool, counts) = held_pool(2);
+    counts.panic_bootstrap.store(2, Ordering::SeqCst);
+    let leader = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
+    let follower = spawn_acquire(&pool, "s");
+    run_spawned().await;
+    counts.let_bootstrap_proceed();
+    for caller in [leader, follower] {
+        assert_panicked(caller.await.expect("no task panicked"), Stage::Bootstrap);
+    }
+
+    let leader = spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
+    let follower = spawn_acquire(&pool, "s");
+    run_spawned().await;
+    leader.abort();
+    assert!(leader.await.unwrap_err().is_cancelled());
+    counts.let_bootstrap_proceed();
+    assert_panicked(follower.await.expect("no task panicked"), Stage::Bootstrap);
+    counts.hold_bootstrap.store(false, Ordering::SeqCst);
+    assert_eq!(pool.stats().failures, 2);
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+#[tokio::test]
+async fn a_panicking_reattach_fails_with_maybe_applied() {
+    let (pool, counts, _store) = seeded("loop-7");
+    counts.panic_reattach.store(1, Ordering::SeqCst);
+    assert_panicked(pool.acquire("s", &ctx()).await, Stage::Reattach);
+    assert_eq!(
+        counts.bootstraps(),
+        0,
+        "a panicked reattach does not bootstrap"
+    );
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+/// A lookup that panics in the call itself (before returning its future), and a save and a
+/// touch that panic when polled.
+#[tokio::test]
+async fn panicking_store_calls_are_contained() {
+    let store = Arc::new(FlakyStore::default());
+    let (pool, counts) = pool_on(4, Flaky(Arc::clone(&store)));
+
+    store.panic_lookup.store(1, Ordering::SeqCst);
+    assert_panicked(pool.acquire("s", &ctx()).await, Stage::Lookup);
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+
+    store.panic_save.store(1, Ordering::SeqCst);
+    assert_panicked(pool.acquire("s", &ctx()).await, Stage::Save);
+    assert_eq!((counts.opened(), counts.closed()), (2, 2));
+    assert!(store.inner.record("s").is_none());
+
+    // Saved, then released: the next establishment reattaches, and its touch panics. The
+    // touch is advisory, so the session is established all the same.
+    let first = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(pool.release("s"));
+    store.panic_touch.store(1, Ordering::SeqCst);
+    let again = pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(again.origin(), Origin::Reattached);
+    assert_eq!(again.loop_id(), first.loop_id());
+    assert_eq!(store.touches.load(Ordering::SeqCst), 1);
+
+    let stats = pool.stats();
+    assert_eq!((stats.failures, stats.panics), (2, 3), "{stats:?}");
+    assert_balanced(&pool, &counts);
+}
+
+#[tokio::test]
+async fn a_panicking_is_alive_counts_as_dead() {
+    let (pool, counts, _time) = pool(2);
+    let old = pool.acquire("s", &ctx()).await.unwrap();
+    counts.panic_is_alive.store(1, Ordering::SeqCst);
+    let new = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(!new.same_connection(&old), "rebuilt");
+    assert!(!old.is_open());
+    assert_eq!((pool.stats().rebuilt, pool.stats().panics), (1, 1));
+    assert_eq!((counts.opened(), counts.closed()), (2, 1));
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+#[tokio::test]
+async fn a_panicking_next_event_ends_the_reader() {
+    let (pool, counts, _time) = pool(2);
+    counts.panic_next_event.store(1, Ordering::SeqCst);
+    let old = pool.acquire("s", &ctx()).await.unwrap();
+    settle_until("the reader ended", || !old.is_open()).await;
+    let new = pool.acquire("s", &ctx()).await.unwrap();
+    assert!(!new.same_connection(&old), "rebuilt");
+    assert_eq!(pool.stats().panics, 1);
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+#[tokio::test]
+async fn a_panicking_close_still_returns_the_capacity() {
+    let (pool, counts, _time) = pool(1);
+    pool.acquire("s", &ctx()).await.unwrap();
+    counts.panic_close.store(1, Ordering::SeqCst);
+    assert!(pool.release("s"));
+    let stats = pool.stats();
+    assert_eq!((stats.in_use, stats.active, stats.panics), (0, 0, 1));
+    assert_eq!((counts.opened(), counts.closed()), (1, 1));
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+#[tokio::test]
+async fn a_panicking_prewarm_connect_is_an_error() {
+    let (fake, counts) = fake();
+    let pool = SessionPool::builder(fake)
+        .pool_size(4)
+        .prewarm(2)
+        .reap_every(None)
+        .build()
+        .unwrap();
+    counts.panic_connect.store(1, Ordering::SeqCst);
+    match pool.prewarm().await {
+        Err(SessionError::Panicked { stage, reach, .. }) => {
+            assert_eq!((stage, reach), (Stage::Connect, Reach::NotSent));
+        }
+        other => panic!("expected a panic at connect, got {other:?}"),
+    }
+    assert_eq!(pool.prewarm().await.unwrap(), 2);
+    assert_unpoisoned(&pool, &counts).await;
+}
+
+/// The release race, with one call in seven of the connector panicking (connect, bootstrap,
+/// reattach, is_alive, next_event, close, at random): the accounting is still exact, and the
+/// pool counted exactly the panics that were thrown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panic_storm_keeps_exact_accounting() {
+    watch_panics();
+    let (pool, counts, _time) = pool(4);
+    let pool = Arc::new(pool);
+    counts.panic_one_in.store(7, Ordering::SeqCst);
+    let mut outcomes = [0u64; 3];
+    for round in 0..300 {
+        let session = format!("s{}", round % 5);
+        let acquirer = spawn_acquire(&pool, &session);
+        let other = spawn_acquire(&pool, &format!("s{}", (round + 1) % 5));
+        let releaser = spawn_with(&pool, move |pool| async move { pool.release(&session) });
+        for result in [acquirer, other] {
+            match result.await.expect("no task panicked") {
+                Ok(_) => outcomes[0] += 1,
+                Err(SessionError::Panicked { .. }) => outcomes[1] += 1,
+                Err(SessionError::Released { .. } | SessionError::Exhausted { .. }) => {
+                    outcomes[2] += 1
+                }
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        releaser.await.expect("no task panicked");
+        assert!(pool.stats().in_use <= 4);
+    }
+    assert!(outcomes[0] > 0 && outcomes[1] > 0, "{outcomes:?}");
+    settle(|| pool.stats().establishing == 0).await;
+    counts.panic_one_in.store(0, Ordering::SeqCst);
+    pool.stop();
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.in_use, stats.active, stats.establishing),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        counts.opened(),
+        counts.closed(),
+        "every connection closed once"
+    );
+    assert_eq!(stats.panics, counts.panics(), "every panic counted once");
+    assert!(counts.panics() > 10, "{}", counts.panics());
+    assert_eq!(panics_saying("resumed after panicking"), 0);
 }

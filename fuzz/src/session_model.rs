@@ -1,6 +1,6 @@
 //! Differential driver for `slotpool::session::SessionPool`: decodes a sequence of operations
-//! (acquire, release, reset, kill a connection, fail the next connect / bootstrap / reattach,
-//! advance the mock clock, reap), runs each on a real pool single-threaded (a current-thread
+//! (acquire, release, reset, kill a connection, fail or panic in the next connect / bootstrap /
+//! reattach, advance the mock clock, reap), runs each on a real pool single-threaded (a current-thread
 //! tokio runtime), runs it on a plain sequential model, and panics on the first difference in
 //! an outcome, in `stats()`, or in the connector's open/close counts.
 //!
@@ -10,11 +10,11 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use slotpool::session::{
-    Connector, LoopId, Origin, Session, SessionContext, SessionError, SessionPool,
+    Connector, LoopId, Origin, Session, SessionContext, SessionError, SessionPool, Stage,
 };
 
 use crate::bytes::Bytes;
@@ -56,6 +56,31 @@ struct Knobs {
     fail_connect: AtomicBool,
     fail_bootstrap: AtomicBool,
     fail_reattach: AtomicBool,
+    panic_connect: AtomicBool,
+    panic_bootstrap: AtomicBool,
+}
+
+/// Marks the panics this driver injects into its connector (which the pool must contain).
+const INJECTED: &str = "injected by session_ops";
+
+/// Lets the injected panics through the process's panic hook quietly; every other panic goes
+/// to the hook that was there (under cargo-fuzz, libFuzzer's, which aborts: a panic the pool
+/// failed to contain still ends the run as a crash).
+fn pass_injected_panics() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+            if message != Some(INJECTED) {
+                previous(info);
+            }
+        }));
+    });
 }
 
 #[derive(Debug, Clone, Default)]
@@ -68,6 +93,9 @@ impl Connector for FuzzConnector {
 
     fn connect(&self) -> impl Future<Output = Result<FuzzConn, FuzzError>> + Send {
         let knobs = &self.0;
+        if knobs.panic_connect.swap(false, Ordering::SeqCst) {
+            panic!("{}", INJECTED);
+        }
         let result = if knobs.fail_connect.swap(false, Ordering::SeqCst) {
             Err(FuzzError("connect"))
         } else {
@@ -86,7 +114,11 @@ impl Connector for FuzzConnector {
         _session: &str,
         _ctx: &SessionContext,
     ) -> impl Future<Output = Result<LoopId, FuzzError>> + Send {
-        let knobs = &self.0;
+        let knobs = Arc::clone(&self.0);
+        if knobs.panic_bootstrap.swap(false, Ordering::SeqCst) {
+            // Panics when polled, not when called: the pool guards both.
+            return futures_ready_or_panic(None);
+        }
         let result = if knobs.fail_bootstrap.swap(false, Ordering::SeqCst) {
             Err(FuzzError("bootstrap"))
         } else {
@@ -95,7 +127,7 @@ impl Connector for FuzzConnector {
                 knobs.next_loop.fetch_add(1, Ordering::SeqCst)
             )))
         };
-        std::future::ready(result)
+        futures_ready_or_panic(Some(result))
     }
 
     fn reattach(
@@ -129,6 +161,14 @@ impl Connector for FuzzConnector {
     }
 }
 
+/// Returns `result`, or panics (when polled, not when called) if there is none.
+async fn futures_ready_or_panic<T>(result: Option<T>) -> T {
+    match result {
+        Some(result) => result,
+        None => panic!("{}", INJECTED),
+    }
+}
+
 /// One decoded operation.
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -139,12 +179,20 @@ enum Op {
     FailConnect,
     FailBootstrap,
     FailReattach,
+    PanicConnect,
+    PanicBootstrap,
     Advance(u32),
     Reap,
 }
 
 fn decode(bytes: &mut Bytes<'_>) -> Op {
     let op = bytes.byte();
+    // The top bytes inject panics; the rest keep the meaning they had before panics existed.
+    match op {
+        250..=252 => return Op::PanicConnect,
+        253..=255 => return Op::PanicBootstrap,
+        _ => {}
+    }
     match op % 12 {
         0..=3 => Op::Acquire(bytes.below(SESSIONS)),
         4 => Op::Release(bytes.below(SESSIONS)),
@@ -170,6 +218,7 @@ enum Outcome {
     Connect,
     Bootstrap,
     Reattach,
+    Panicked(Stage),
     Other(String),
 }
 
@@ -184,6 +233,10 @@ fn outcome(result: &Result<Session<FuzzConnector>, SessionError>) -> Outcome {
         Err(SessionError::Connect { .. }) => Outcome::Connect,
         Err(SessionError::Bootstrap { .. }) => Outcome::Bootstrap,
         Err(SessionError::Reattach { .. }) => Outcome::Reattach,
+        Err(SessionError::Panicked { stage, reach, .. }) => {
+            assert_eq!(*reach, stage.reach(), "a panic's reach is its stage's");
+            Outcome::Panicked(*stage)
+        }
         Err(other) => Outcome::Other(format!("{other:?}")),
     }
 }
@@ -206,6 +259,8 @@ struct Model {
     fail_connect: bool,
     fail_bootstrap: bool,
     fail_reattach: bool,
+    panic_connect: bool,
+    panic_bootstrap: bool,
     opened: u64,
     closed: u64,
     next_loop: u64,
@@ -217,6 +272,7 @@ struct Model {
     released: u64,
     reaped: u64,
     rebuilt: u64,
+    panics: u64,
 }
 
 impl Model {
@@ -228,13 +284,28 @@ impl Model {
         self.now.saturating_sub(session.last_used) > Self::max_idle()
     }
 
-    fn bootstrap(&mut self) -> Option<String> {
+    /// A new loop id, `Err(true)` if the bootstrap panics, `Err(false)` if it fails.
+    fn bootstrap(&mut self) -> Result<String, bool> {
+        if std::mem::take(&mut self.panic_bootstrap) {
+            return Err(true);
+        }
         if std::mem::take(&mut self.fail_bootstrap) {
-            return None;
+            return Err(false);
         }
         let id = format!("loop-{}", self.next_loop);
         self.next_loop += 1;
-        Some(id)
+        Ok(id)
+    }
+
+    /// A failed bootstrap (after the connect): the connection is closed, the failure counted.
+    fn bootstrap_failed(&mut self, panicked: bool, failure: Outcome) -> Outcome {
+        self.closed += 1;
+        self.failures += 1;
+        if panicked {
+            self.panics += 1;
+            return Outcome::Panicked(Stage::Bootstrap);
+        }
+        failure
     }
 
     fn acquire(&mut self, s: usize) -> Outcome {
@@ -258,6 +329,11 @@ impl Model {
             return Outcome::Exhausted;
         }
         self.connects += 1;
+        if std::mem::take(&mut self.panic_connect) {
+            self.failures += 1;
+            self.panics += 1;
+            return Outcome::Panicked(Stage::Connect);
+        }
         if std::mem::take(&mut self.fail_connect) {
             self.failures += 1;
             return Outcome::Connect;
@@ -269,20 +345,12 @@ impl Model {
                 (stored, Origin::Reattached)
             }
             Some(_) => match self.bootstrap() {
-                Some(fresh) => (fresh, Origin::BootstrappedAfterReattach),
-                None => {
-                    self.closed += 1;
-                    self.failures += 1;
-                    return Outcome::Reattach;
-                }
+                Ok(fresh) => (fresh, Origin::BootstrappedAfterReattach),
+                Err(panicked) => return self.bootstrap_failed(panicked, Outcome::Reattach),
             },
             None => match self.bootstrap() {
-                Some(fresh) => (fresh, Origin::Bootstrapped),
-                None => {
-                    self.closed += 1;
-                    self.failures += 1;
-                    return Outcome::Bootstrap;
-                }
+                Ok(fresh) => (fresh, Origin::Bootstrapped),
+                Err(panicked) => return self.bootstrap_failed(panicked, Outcome::Bootstrap),
             },
         };
         if origin == Origin::Reattached {
@@ -338,6 +406,7 @@ impl Model {
 
 /// Runs one op sequence; panics on the first divergence between the pool and the model.
 pub fn run(data: &[u8]) {
+    pass_injected_panics();
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
         return;
     };
@@ -407,6 +476,14 @@ pub fn run(data: &[u8]) {
                 knobs.fail_reattach.store(true, Ordering::SeqCst);
                 model.fail_reattach = true;
             }
+            Op::PanicConnect => {
+                knobs.panic_connect.store(true, Ordering::SeqCst);
+                model.panic_connect = true;
+            }
+            Op::PanicBootstrap => {
+                knobs.panic_bootstrap.store(true, Ordering::SeqCst);
+                model.panic_bootstrap = true;
+            }
             Op::Advance(steps) => {
                 let by = STEP * steps;
                 mock.increment(by);
@@ -432,11 +509,12 @@ pub fn run(data: &[u8]) {
 
 fn check(step: usize, pool: &SessionPool<FuzzConnector>, knobs: &Knobs, model: &Model) {
     let stats = pool.stats();
+    assert_eq!(
+        (stats.active, stats.in_use, stats.establishing, stats.idle),
+        (model.active(), model.active(), 0, 0),
+        "step {step}: stats (active, in_use, establishing, idle)"
+    );
     let want = (
-        model.active(),
-        model.active(),
-        0,
-        0,
         model.connects,
         model.bootstraps,
         model.reattaches,
@@ -445,12 +523,9 @@ fn check(step: usize, pool: &SessionPool<FuzzConnector>, knobs: &Knobs, model: &
         model.released,
         model.reaped,
         model.rebuilt,
+        model.panics,
     );
     let got = (
-        stats.active,
-        stats.in_use,
-        stats.establishing,
-        stats.idle,
         stats.connects,
         stats.bootstraps,
         stats.reattaches,
@@ -459,11 +534,12 @@ fn check(step: usize, pool: &SessionPool<FuzzConnector>, knobs: &Knobs, model: &
         stats.released,
         stats.reaped,
         stats.rebuilt,
+        stats.panics,
     );
     assert_eq!(
         got, want,
-        "step {step}: stats (active, in_use, establishing, idle, connects, bootstraps, reattaches, \
-         failures, exhausted, released, reaped, rebuilt)"
+        "step {step}: stats (connects, bootstraps, reattaches, failures, exhausted, released, \
+         reaped, rebuilt, panics)"
     );
     assert_eq!(
         (

@@ -1,35 +1,27 @@
-//! Loom models of the limiter as keyed admission uses it (`slotpool::keyed`).
+//! Loom models of keyed admission: the route tables ([`slotpool::routes`]) and the quotas
+//! ([`slotpool::quota`]) that `slotpool::keyed` admits through.
 //!
 //! `keyed` itself is compiled out under `cfg(slotpool_loom)` (it needs tokio's timer and
-//! blocking pool), so these models drive the same [`Limit`] calls it makes, in the same order:
+//! blocking pool); what it decides is not. An admission is [`Routes::admit`] (the lookup, the
+//! alias's quota, one try) and, if the share is full, the quota's wait future; registration is
+//! [`Routes::publish`] of a table change made with [`Table::add_share`] /
+//! [`Table::add_alias`]; `Keyed::close` is [`Routes::close`]; dropping the `Keyed` drops its
+//! `Routes`. These models call exactly those, and do with the results what the pool does:
 //!
-//! * the fast path: `try_acquire_owned` on the share's limiter;
-//! * the slow path: `acquire_owned` polled until a permit comes (loom's `block_on`), or polled
-//!   and then **dropped** — which is exactly what `tokio::time::timeout` does to it when the
-//!   wait bound elapses, and what a caller dropping its future mid-wait does;
-//! * the `OwnedPermit` **moved into another thread** (the blocking closure) and released there,
-//!   possibly while the caller's side is gone;
-//! * `close` racing a waiter (`Keyed::close`).
+//! * the wait is polled until it resolves (`block_on`), or polled once and then **dropped**:
+//!   what `tokio::time::timeout` does to it when the bound elapses, and what a caller dropping
+//!   its future mid-wait does;
+//! * the permit is **moved into another thread** (the blocking closure) and released there,
+//!   possibly after the caller's side, or the whole registry, is gone.
 //!
-//! Which interleavings `tests/gate.rs` (the gate's own models, driven through `Limit` too)
-//! already covers, and so are not repeated here:
+//! A quota's memory lives as long as any permit, wait or release can reach it; under loom its
+//! allocation is kept and marked freed instead, and every release checks the mark, so a use
+//! after the free fails the model rather than going unseen.
 //!
-//! * `release_vs_registration`: the Dekker pairing of the waiter's `WAITING` enqueue with the
-//!   releaser's check (no lost wake-up), for a release on the holder's thread;
-//! * `notified_waiter_dropped_passes_the_wakeup_on` and `timeout_vs_notify`: a waiter dropped
-//!   after (or while) being notified passes the wake-up on and leaves the queue empty; both use
-//!   the borrowing `Limit::acquire` future;
-//! * `close_vs_wait`: `close` against a parked waiter with no release;
-//! * `two_waiters_two_releases`: the hand-off when a waiter wins a permit while another
-//!   remains (a share of two emptied at once), so no model for that here.
+//! Every model counts, outside loom's state, the executions it explored and the times the path
+//! it is named for was taken, and fails if it explored only one execution or never took it.
 //!
-//! What only these models check is keyed's own usage: the **owned** future
-//! (`AcquireOwned`, whose `Drop` is a different code path from `Acquire`'s) reached after a
-//! failed `try_acquire_owned`, mutual exclusion on a share of one (the gate models count
-//! permits, not who is inside), a permit released from the thread it was **moved into** while
-//! the caller waits again (and never before the work finished), and `close` racing a release.
-//!
-//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release
+//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release
 //! -p slotpool-loom-tests --test keyed --target-dir target/loom`.
 #![cfg(slotpool_loom)]
 
@@ -38,98 +30,130 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-// Under loom the crate's `Arc` is loom's, which cannot be a method receiver: the owned
-// acquires are called as associated functions (`Limit::acquire_owned(limit)`), which also
-// compiles in normal builds.
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::{Limit, OwnedPermit};
+use slotpool::quota::{Freer, Quota, QuotaPermit};
+use slotpool::routes::{First, Routes, Table};
+use slotpool_loom_tests::coverage::explore;
 
-fn share(slots: usize) -> Arc<Limit> {
-    match Limit::new(slots) {
-        Ok(limit) => Arc::new(limit),
-        Err(error) => panic!("share of {slots} refused: {error}"),
-    }
+/// The keyed pool's per-key state stands in as nothing: the models check routing and quotas.
+type Keys = Routes<&'static str, ()>;
+
+/// "journal", a share of `slots`, with "ledger" aliased onto it.
+fn journal(slots: usize) -> Arc<Keys> {
+    let mut table = Table::new();
+    let no_state = |_: &&str, _: &&str| ();
+    assert!(table.add_share(None, "journal", slots, no_state).is_ok());
+    assert!(table.add_alias(None, "ledger", "journal", no_state).is_ok());
+    Arc::new(Routes::new(table))
 }
 
 /// Joins a model thread, re-raising its panic so a failed assertion fails the model.
-fn join(handle: thread::JoinHandle<()>) {
-    if let Err(panic) = handle.join() {
-        std::panic::resume_unwind(panic);
+fn join<T>(handle: thread::JoinHandle<T>) -> T {
+    match handle.join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 
-/// Keyed's admission: the lock-free attempt, then the wait (without a deadline).
-fn admit(limit: &Arc<Limit>) -> OwnedPermit {
-    if let Ok(permit) = Limit::try_acquire_owned(&limit) {
-        return permit;
-    }
-    match loom::future::block_on(Limit::acquire_owned(Arc::clone(limit))) {
-        Ok(permit) => permit,
-        Err(closed) => panic!("limit closed unexpectedly: {closed}"),
+/// `Keyed::admit` without a deadline: the first attempt, then (share full) the wait. Returns
+/// the permit and whether it had to wait.
+fn admit(keys: &Keys, key: &'static str) -> (QuotaPermit, bool) {
+    match keys.admit(&key, |permit, _| permit) {
+        First::Admitted(permit) => (permit, false),
+        First::Wait(route) => match loom::future::block_on(route.quota().acquire()) {
+            Ok(permit) => (permit, true),
+            Err(closed) => panic!("{key}: closed unexpectedly: {closed}"),
+        },
+        other => panic!("{key}: {other:?}"),
     }
 }
 
-/// Two callers contend for a share of one, each through the fast path and, failing that, the
-/// wait. Both get in, never at the same time, and the permit is back afterwards.
+/// The quota a permit came from, readable after its owner is gone: under loom a quota's
+/// allocation is never given back, only marked freed.
+fn quota_of(permit: &QuotaPermit) -> &'static Quota {
+    let quota: *const Quota = permit.quota();
+    // SAFETY: under `cfg(slotpool_loom)` a quota's allocation is leaked rather than freed
+    // (see `slotpool::quota`), so the pointer stays valid for the rest of the process.
+    unsafe { &*quota }
+}
+
+/// Two callers, one through the share key and one through its alias, contend for a share of
+/// one, each through the fast path and, failing that, the wait. Both get in, never at the
+/// same time, and the permit is back afterwards.
 #[test]
 fn share_of_one_admits_one_at_a_time() {
-    loom::model(|| {
-        let limit = share(1);
+    explore("share_of_one_admits_one_at_a_time", 1, |coverage| {
+        let keys = journal(1);
         let inside = Arc::new(AtomicUsize::new(0));
-        let callers: Vec<_> = (0..2)
-            .map(|_| {
-                let limit = Arc::clone(&limit);
+        let callers: Vec<_> = ["journal", "ledger"]
+            .into_iter()
+            .map(|key| {
+                let keys = Arc::clone(&keys);
                 let inside = Arc::clone(&inside);
                 thread::spawn(move || {
-                    let permit = admit(&limit);
+                    let (permit, waited) = admit(&keys, key);
                     assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "share overshot");
                     inside.fetch_sub(1, Ordering::SeqCst);
                     drop(permit);
+                    waited
                 })
             })
             .collect();
-        for caller in callers {
-            join(caller);
+        let waited = callers.into_iter().map(join).filter(|&w| w).count();
+        if waited > 0 {
+            coverage.reached(0);
         }
-        assert_eq!(limit.available(), 1);
-        assert_eq!(limit.waiting(), 0);
+        keys.with_route(&"journal", |route| {
+            let quota = route.expect("registered").quota();
+            assert_eq!((quota.available(), quota.waiting()), (1, 0));
+        });
     });
 }
 
 /// A waiter polled once and then dropped (its timeout fired) while the holder releases: the
-/// release's wake-up, if it went to the dropped waiter, passes to the other waiter, which must
-/// get in (loom reports a deadlock otherwise), and no permit leaks.
+/// release's wake-up (or the permit it handed over), if it went to the dropped waiter, passes
+/// to the other waiter, which must get in (loom reports a deadlock otherwise), and no permit
+/// leaks.
 #[test]
 fn timed_out_waiter_passes_its_wake_up_on() {
-    loom::model(|| {
-        let limit = share(1);
-        let held = match Limit::try_acquire_owned(&limit) {
-            Ok(permit) => permit,
-            Err(error) => panic!("fresh share empty: {error}"),
-        };
+    explore("timed_out_waiter_passes_its_wake_up_on", 1, |coverage| {
+        let keys = journal(1);
+        let (held, _) = admit(&keys, "journal");
 
         let timed_out = {
-            let limit = Arc::clone(&limit);
+            let keys = Arc::clone(&keys);
             thread::spawn(move || {
-                let mut wait = pin!(Limit::acquire_owned(Arc::clone(&limit)));
+                let First::Wait(route) = keys.admit(&"ledger", |permit, _| permit) else {
+                    return false;
+                };
+                let mut wait = pin!(route.quota().acquire());
                 let mut cx = Context::from_waker(Waker::noop());
                 // One poll, then the deadline: `timeout` drops the inner future.
-                if let Poll::Ready(Ok(permit)) = wait.as_mut().poll(&mut cx) {
-                    drop(permit);
+                match wait.as_mut().poll(&mut cx) {
+                    Poll::Ready(result) => {
+                        drop(result);
+                        false
+                    }
+                    Poll::Pending => true,
                 }
             })
         };
         let patient = {
-            let limit = Arc::clone(&limit);
-            thread::spawn(move || drop(admit(&limit)))
+            let keys = Arc::clone(&keys);
+            thread::spawn(move || admit(&keys, "journal").1)
         };
 
         drop(held);
-        join(timed_out);
-        join(patient);
-        assert_eq!(limit.available(), 1);
-        assert_eq!(limit.waiting(), 0);
+        let queued = join(timed_out);
+        let waited = join(patient);
+        if queued && waited {
+            coverage.reached(0);
+        }
+        keys.with_route(&"journal", |route| {
+            let quota = route.expect("registered").quota();
+            assert_eq!((quota.available(), quota.waiting()), (1, 0));
+        });
     });
 }
 
@@ -139,51 +163,227 @@ fn timed_out_waiter_passes_its_wake_up_on() {
 /// wakes it).
 #[test]
 fn permit_moved_into_the_closure_holds_until_the_work_ends() {
-    loom::model(|| {
-        let limit = share(1);
-        let work_done = Arc::new(AtomicBool::new(false));
+    explore(
+        "permit_moved_into_the_closure_holds_until_the_work_ends",
+        1,
+        |coverage| {
+            let keys = journal(1);
+            let work_done = Arc::new(AtomicBool::new(false));
 
-        let permit = admit(&limit);
-        let blocking = {
-            let work_done = Arc::clone(&work_done);
-            thread::spawn(move || {
-                let _permit = permit; // moved in: held until the work ends
-                work_done.store(true, Ordering::SeqCst);
-            })
-        };
-        // The first caller's future is gone; the second call waits on the share.
-        let second = admit(&limit);
-        assert!(
-            work_done.load(Ordering::SeqCst),
-            "admitted while the work still held the slot"
-        );
-        drop(second);
-        join(blocking);
-        assert_eq!(limit.available(), 1);
-    });
+            let (permit, _) = admit(&keys, "ledger");
+            let blocking = {
+                let work_done = Arc::clone(&work_done);
+                thread::spawn(move || {
+                    let _permit = permit; // moved in: held until the work ends
+                    work_done.store(true, Ordering::SeqCst);
+                })
+            };
+            // The first caller's future is gone; the second call waits on the share.
+            let (second, waited) = admit(&keys, "journal");
+            assert!(
+                work_done.load(Ordering::SeqCst),
+                "admitted while the work still held the slot"
+            );
+            if waited {
+                coverage.reached(0);
+            }
+            drop(second);
+            join(blocking);
+            keys.with_route(&"journal", |route| {
+                assert_eq!(route.expect("registered").quota().available(), 1);
+            });
+        },
+    );
 }
 
 /// `close` races a parked waiter and a release: the waiter ends (with a permit or with
 /// `Closed`), never sleeps through the close, and the permit count is whole afterwards.
 #[test]
 fn close_races_a_waiter_and_a_release() {
-    loom::model(|| {
-        let limit = share(1);
-        let held = match Limit::try_acquire_owned(&limit) {
-            Ok(permit) => permit,
-            Err(error) => panic!("fresh share empty: {error}"),
-        };
+    explore("close_races_a_waiter_and_a_release", 2, |coverage| {
+        let keys = journal(1);
+        let (held, _) = admit(&keys, "journal");
         let waiter = {
-            let limit = Arc::clone(&limit);
-            thread::spawn(move || {
-                // Ok (got the released permit first) or Err(Closed); either ends the wait.
-                let _ = loom::future::block_on(Limit::acquire_owned(Arc::clone(&limit)));
+            let keys = Arc::clone(&keys);
+            thread::spawn(move || match keys.admit(&"ledger", |permit, _| permit) {
+                First::Admitted(_) => None,
+                First::Closed => Some(false),
+                First::Wait(route) => {
+                    // Ok (got the released permit first) or Err(Closed); either ends the wait.
+                    Some(loom::future::block_on(route.quota().acquire()).is_ok())
+                }
+                First::Unregistered => panic!("ledger is registered"),
             })
         };
-        limit.close();
+        keys.close();
         drop(held);
+        match join(waiter) {
+            Some(true) => coverage.reached(0),
+            Some(false) => coverage.reached(1),
+            None => {}
+        }
+        assert!(matches!(keys.admit(&"journal", |p, _| p), First::Closed));
+        keys.with_route(&"journal", |route| {
+            let quota = route.expect("registered").quota();
+            assert!(quota.is_closed());
+            assert_eq!(quota.available(), 1);
+        });
+    });
+}
+
+/// The registry is dropped while a permit, moved into a blocking closure, is still out: the
+/// quota outlives the registry until that permit is released, and is freed exactly once, by
+/// whichever of the two goes last, after its last access (a release after the free would fail
+/// the model in the quota's own check).
+#[test]
+fn registry_dropped_while_a_permit_is_out() {
+    explore("registry_dropped_while_a_permit_is_out", 2, |coverage| {
+        let keys = journal(2);
+        let (permit, _) = admit(&keys, "ledger");
+        let quota = quota_of(&permit);
+        let blocking = thread::spawn(move || drop(permit));
+        drop(keys);
+        join(blocking);
+        match quota.freed_by() {
+            Some(Freer::Owner) => coverage.reached(0),
+            Some(Freer::FastRelease) => coverage.reached(1),
+            other => panic!("freed by {other:?}"),
+        }
+    });
+}
+
+/// The registry is dropped while the last permit's release takes the slow path (a waiter was
+/// counted when it looked, and has since been served and gone): the slow release keeps the
+/// quota alive until its last access, and exactly one party frees it.
+#[test]
+fn registry_dropped_during_a_slow_release() {
+    explore("registry_dropped_during_a_slow_release", 1, |coverage| {
+        let keys = journal(1);
+        let (held, _) = admit(&keys, "journal");
+        let quota = quota_of(&held);
+        let waiter = {
+            let keys = Arc::clone(&keys);
+            thread::spawn(move || drop(admit(&keys, "ledger")))
+        };
+        let releaser = thread::spawn(move || drop(held));
         join(waiter);
-        assert!(limit.is_closed());
-        assert_eq!(limit.available(), 1);
+        drop(keys);
+        join(releaser);
+        match quota.freed_by() {
+            Some(Freer::SlowRelease) => coverage.reached(0),
+            Some(_) => {}
+            None => panic!("never freed"),
+        }
+    });
+}
+
+/// An alias registered at run time while callers admit through it and through its share: a
+/// lookup sees the key unregistered (before) or routed to the share's own quota (after),
+/// never a quota of its own, so a share of one never admits two.
+#[test]
+fn alias_registration_racing_admission() {
+    explore("alias_registration_racing_admission", 2, |coverage| {
+        let keys = journal(1);
+        let inside = Arc::new(AtomicUsize::new(0));
+        let registrar = {
+            let keys = Arc::clone(&keys);
+            thread::spawn(move || {
+                let published = keys.publish(|table, fixed| {
+                    table.add_alias(Some(fixed), "append", "journal", |_, _| ())
+                });
+                assert!(published.is_ok());
+            })
+        };
+        let holder = {
+            let (keys, inside) = (Arc::clone(&keys), Arc::clone(&inside));
+            thread::spawn(move || {
+                let (permit, _) = admit(&keys, "journal");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "share overshot");
+                inside.fetch_sub(1, Ordering::SeqCst);
+                drop(permit);
+            })
+        };
+        match keys.admit(&"append", |permit, _| permit) {
+            First::Unregistered => coverage.reached(0),
+            First::Admitted(permit) => {
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "share overshot");
+                inside.fetch_sub(1, Ordering::SeqCst);
+                drop(permit);
+                coverage.reached(1);
+            }
+            First::Wait(route) => {
+                let _permit = loom::future::block_on(route.quota().acquire());
+                coverage.reached(1);
+            }
+            First::Closed => panic!("nobody closed it"),
+        }
+        join(registrar);
+        join(holder);
+        // Registered now, and on the share's quota.
+        keys.with_route(&"append", |route| {
+            let route = route.expect("registered");
+            assert_eq!(*route.share(), "journal");
+            assert_eq!(route.quota().capacity(), 1);
+        });
+        assert!(matches!(
+            keys.admit(&"append", |p, _| p),
+            First::Admitted(_)
+        ));
+    });
+}
+
+/// Registers `key` as a share of one, at run time, on a thread of its own.
+fn register_share_on_a_thread(keys: &Arc<Keys>, key: &'static str) -> thread::JoinHandle<()> {
+    let keys = Arc::clone(keys);
+    thread::spawn(move || {
+        let published =
+            keys.publish(|table, fixed| table.add_share(Some(fixed), key, 1, |_, _| ()));
+        assert!(published.is_ok());
+    })
+}
+
+/// A share registered at run time while the registry is closed: whichever goes first, the new
+/// share ends closed (no caller is admitted by a quota published after the close).
+#[test]
+fn registration_racing_close() {
+    explore("registration_racing_close", 1, |coverage| {
+        let keys = journal(1);
+        let registrar = register_share_on_a_thread(&keys, "index");
+        keys.close();
+        let registered_first = keys.with_route(&"index", |route| route.is_some());
+        join(registrar);
+        assert!(matches!(keys.admit(&"index", |p, _| p), First::Closed));
+        if !registered_first {
+            // The close ran before the registration published: the publication closed it.
+            coverage.reached(0);
+        }
+    });
+}
+
+/// Two registrations at once (a share and an alias of a build-time share): each publication
+/// copies the table the other published, so both keys land, and the alias draws from its
+/// share's quota.
+#[test]
+fn concurrent_registrations_both_land() {
+    explore("concurrent_registrations_both_land", 1, |coverage| {
+        let keys = journal(1);
+        let registrar = register_share_on_a_thread(&keys, "index");
+        let published = keys
+            .publish(|table, fixed| table.add_alias(Some(fixed), "append", "journal", |_, _| ()));
+        assert!(published.is_ok());
+        let index_first = keys.with_route(&"index", |route| route.is_some());
+        join(registrar);
+        for key in ["index", "append"] {
+            assert!(
+                keys.with_route(&key, |route| route.is_some()),
+                "{key} was lost"
+            );
+        }
+        let (held, _) = admit(&keys, "journal");
+        assert!(matches!(keys.admit(&"append", |p, _| p), First::Wait(_)));
+        drop(held);
+        if index_first {
+            coverage.reached(0);
+        }
     });
 }

@@ -1,71 +1,63 @@
 #![cfg(slotpool_loom)]
-//! Loom models of the session pool's protocol (`slotpool::flight`).
+//! Loom models of the session pool's protocol: [`slotpool::flight`]'s registry, flights, use
+//! stamps, batches and the [`Directory`] that makes every decision of the pool.
 //!
-//! `slotpool::session` needs tokio and is compiled out under `cfg(slotpool_loom)`; its
-//! executor-agnostic core, `slotpool::flight` (the registry, flights and use stamps), is not.
-//! These models drive that core with the same calls, in the same order, as `session.rs`:
-//!
-//! * `acquire`: hash the key once (`Registry::hashed`), `get` under the shard's read lock; a
-//!   `Ready` value is checked with `UseStamp::touch` (a retired
-//!   one is removed and the acquire goes round again); otherwise `claim`; the leader takes a
-//!   permit with `Limit::try_acquire_owned` (none left: abandon + complete with "exhausted"),
-//!   "establishes" (counted), then `install` + `complete`, or, if `install` hands the value
-//!   back, retires it and completes with "released"; followers `block_on` the flight's wait;
-//! * `release`: hash once, `get`; a `Ready` value is retired (stamp moved to `RETIRED`, permit dropped)
-//!   and then removed by identity; a `Flying` entry is removed by identity;
-//! * `reap`: `retire_if_idle`, then remove by identity;
-//! * `stop`: `Registry::close`, then retire what it drained.
+//! `slotpool::session` needs tokio and is compiled out under `cfg(slotpool_loom)`; what it
+//! decides is not. An acquire, a release, the reaper and a stop call [`Directory`] for every
+//! decision (what a lookup found and whether it must retire it, who leads, whether there is
+//! capacity, what a leader may install, what is retired and removed), and these models call
+//! the same methods. What is left here is what the pool does between them, which is no
+//! decision: hash once, look up, claim if vacant, count a rebuild, establish (here: build a
+//! value that owns the leader's permit, or fail on demand), complete the flight, and wait on a
+//! flight with `block_on`. The value type stands in for the pool's `Live` through the same
+//! [`Tenant`] trait: its `free` drops the permit and counts, so "freed exactly once" and
+//! "every permit returned" are checked in every execution.
 //!
 //! * starting event readers: `Batch::push` per installed session; the push that returns `true`
 //!   schedules a starter (here a thread) that calls `Batch::take`; a starter dropped unrun
 //!   calls `Batch::unschedule`.
 //!
-//! Each model checks the accounting the issue asks for: one establishment per flight, every
-//! joiner woken with the flight's result, every value freed exactly once, and every permit
-//! back once the dust settles.
+//! Every model counts, outside loom's state, the executions it explored and the times the path
+//! it is named for was taken, and fails if it explored only one execution or never took it.
 //!
-//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p
+//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release -p
 //! slotpool-loom-tests --test session --target-dir target/loom`.
 
 use loom::future::block_on;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use slotpool::flight::{Batch, Claim, Entry, Flight, Hashed, Registry, Touch, UseStamp};
-use slotpool::{Limit, OwnedPermit, TryAcquireError};
+use slotpool::flight::{
+    Batch, Directory, Entry, Flight, Hashed, Outcome as FlightOutcome, Refusal, Step, Tenant,
+    UseStamp,
+};
+use slotpool::{Limit, OwnedPermit};
+use slotpool_loom_tests::coverage::explore;
 
 /// Idle bound used by every model (nanoseconds).
 const MAX_IDLE: u64 = 10;
 
-/// Stands in for `Live`: an id, a use stamp, the permit it owns until retired.
+/// Stands in for `Live`: an id, a use stamp, liveness, the permit it owns until retired.
 struct Res {
     id: usize,
     stamp: UseStamp,
+    alive: AtomicBool,
     permit: Mutex<Option<OwnedPermit>>,
     frees: AtomicUsize,
 }
 
-impl Res {
-    /// `Live::retire`: whoever wins the stamp frees (here: drops the permit, counts).
-    fn retire(&self) -> bool {
-        let won = self.stamp.retire();
-        if won {
-            self.free();
-        }
-        won
+impl Tenant for Res {
+    fn stamp(&self) -> &UseStamp {
+        &self.stamp
     }
 
-    fn retire_if_idle(&self, now: u64) -> bool {
-        let won = self.stamp.retire_if_idle(now, MAX_IDLE);
-        if won {
-            self.free();
-        }
-        won
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
     }
 
     fn free(&self) {
         let permit = self.permit.lock().unwrap().take();
-        assert!(permit.is_some(), "freed twice");
+        assert!(permit.is_some(), "value {} freed twice", self.id);
         drop(permit);
         self.frees.fetch_add(1, Ordering::SeqCst);
     }
@@ -79,16 +71,43 @@ enum Failure {
     Closed,
 }
 
-type Outcome = Result<Arc<Res>, Failure>;
+impl Refusal for Failure {
+    fn exhausted(_capacity: usize) -> Self {
+        Failure::Exhausted
+    }
 
-/// The session pool's shape around the registry.
+    fn closed() -> Self {
+        Failure::Closed
+    }
+
+    fn released() -> Self {
+        Failure::Released
+    }
+}
+
+type Outcome = FlightOutcome<Res, Failure>;
+
+/// How an acquire ended, for the models' coverage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Path {
+    /// It waited on another caller's flight.
+    joined: bool,
+    /// It found a value it could not use (`Step::Again`), and whether it retired it.
+    found_unusable: bool,
+    rebuilt: bool,
+    /// It led the flight.
+    led: bool,
+}
+
+/// The session pool's shape around the directory.
 struct Pool {
-    registry: Registry<u8, Arc<Res>, Outcome>,
-    limit: Arc<Limit>,
+    directory: Directory<u8, Res, Failure>,
     /// Establishments started (connects).
     establishments: AtomicUsize,
     /// Establishments that fail, counting down (0: none fails).
     fail_next: AtomicUsize,
+    /// Rebuilds counted (`Step::Again { rebuilt: true }`), as the pool's `rebuilt` counter.
+    rebuilt: AtomicUsize,
     /// Every value ever created, to check each is freed exactly once.
     created: Mutex<Vec<Arc<Res>>>,
 }
@@ -96,76 +115,68 @@ struct Pool {
 impl Pool {
     fn new(capacity: usize) -> Arc<Self> {
         Arc::new(Pool {
-            registry: Registry::new(1),
-            limit: Arc::new(Limit::new(capacity).unwrap()),
+            directory: Directory::new(1, Arc::new(Limit::new(capacity).unwrap())),
             establishments: AtomicUsize::new(0),
             fail_next: AtomicUsize::new(0),
+            rebuilt: AtomicUsize::new(0),
             created: Mutex::new(Vec::new()),
         })
     }
 
+    fn limit(&self) -> &Limit {
+        self.directory.limit()
+    }
+
     /// `SessionPool::acquire` at time `now`.
     fn acquire(&self, key: u8, now: u64) -> Outcome {
-        let key = self.registry.hashed(&key);
+        self.acquire_path(key, now).0
+    }
+
+    /// `SessionPool::acquire` at time `now`, with the path it took.
+    fn acquire_path(&self, key: u8, now: u64) -> (Outcome, Path) {
+        let key = self.directory.hashed(&key);
+        let mut path = Path::default();
         loop {
-            let flight = match self.registry.get(key) {
-                Some(Entry::Ready(res)) => match self.check(key, res, now) {
-                    Some(res) => return Ok(res),
-                    None => continue,
-                },
-                Some(Entry::Flying(flight)) => flight,
-                None => match self.registry.claim(key, || *key.key()) {
-                    Claim::Ready(res) => match self.check(key, res, now) {
-                        Some(res) => return Ok(res),
-                        None => continue,
-                    },
-                    Claim::Join(flight) => flight,
-                    Claim::Lead(flight) => {
-                        self.lead(key, now, &flight);
-                        flight
+            let mut step = self.directory.lookup(key, || now, MAX_IDLE);
+            if let Step::Vacant = step {
+                step = self.directory.claim(key, || now, MAX_IDLE, || *key.key());
+            }
+            let flight = match step {
+                Step::Ready(res) => return (Ok(res), path),
+                Step::Join(flight) => {
+                    path.joined = true;
+                    flight
+                }
+                Step::Vacant => continue,
+                Step::Again { rebuilt } => {
+                    path.found_unusable = true;
+                    if rebuilt {
+                        path.rebuilt = true;
+                        self.rebuilt.fetch_add(1, Ordering::SeqCst);
                     }
-                    Claim::Closed => return Err(Failure::Closed),
-                },
+                    continue;
+                }
+                Step::Lead { flight, permit } => {
+                    path.led = true;
+                    self.establish(key, now, &flight, permit);
+                    flight
+                }
+                Step::Exhausted => return (Err(self.directory.exhausted()), path),
+                Step::Closed => return (Err(Failure::Closed), path),
             };
-            return block_on(Flight::wait(flight));
+            return (block_on(Flight::wait(flight)), path);
         }
     }
 
-    /// `Shared::check`, for a value that is alive by construction.
-    fn check(&self, key: Hashed<'_, u8>, res: Arc<Res>, now: u64) -> Option<Arc<Res>> {
-        match res.stamp.touch(now, MAX_IDLE) {
-            Touch::Fresh => return Some(res),
-            Touch::Stale => {
-                res.retire_if_idle(now);
-            }
-            Touch::Retired => {}
-        }
-        if res.stamp.is_retired() {
-            self.registry.remove_if(
-                key,
-                |e| matches!(e, Entry::Ready(r) if Arc::ptr_eq(r, &res)),
-            );
-        }
-        None
-    }
-
-    /// `SessionPool::lead` + the establishment task, run inline (the task's placement does
-    /// not change the registry protocol).
-    fn lead(&self, key: Hashed<'_, u8>, now: u64, flight: &Arc<Flight<Outcome>>) {
-        let permit = match Limit::try_acquire_owned(&self.limit) {
-            Ok(permit) => permit,
-            Err(error) => {
-                self.registry.abandon(key, flight);
-                flight.complete(Err(match error {
-                    TryAcquireError::NoCapacity => Failure::Exhausted,
-                    // A bare `Limit` has no breaker; `Unavailable` cannot come from it.
-                    TryAcquireError::Closed | TryAcquireError::Unavailable { .. } => {
-                        Failure::Closed
-                    }
-                }));
-                return;
-            }
-        };
+    /// The leader's establishment, run inline (its placement on a task does not change the
+    /// protocol): build a value that owns the permit, or fail on demand; install; complete.
+    fn establish(
+        &self,
+        key: Hashed<'_, u8>,
+        now: u64,
+        flight: &Arc<Flight<Outcome>>,
+        permit: OwnedPermit,
+    ) {
         let id = self.establishments.fetch_add(1, Ordering::SeqCst);
         let fails = self
             .fail_next
@@ -173,85 +184,39 @@ impl Pool {
             .is_ok();
         if fails {
             drop(permit);
-            self.registry.abandon(key, flight);
+            self.directory.abandon(key, flight);
             flight.complete(Err(Failure::Established));
             return;
         }
         let res = Arc::new(Res {
             id,
             stamp: UseStamp::new(now),
+            alive: AtomicBool::new(true),
             permit: Mutex::new(Some(permit)),
             frees: AtomicUsize::new(0),
         });
         self.created.lock().unwrap().push(Arc::clone(&res));
-        let outcome = match self.registry.install(key, flight, Arc::clone(&res)) {
-            Ok(()) => Ok(res),
-            Err(res) => {
-                res.retire();
-                Err(if self.registry.is_closed() {
-                    Failure::Closed
-                } else {
-                    Failure::Released
-                })
-            }
-        };
+        let outcome = self.directory.install(key, flight, res);
         flight.complete(outcome);
     }
 
     /// `SessionPool::release`.
     fn release(&self, key: u8) -> bool {
-        let key = self.registry.hashed(&key);
-        match self.registry.get(key) {
-            None => false,
-            Some(Entry::Ready(res)) => {
-                res.retire();
-                self.registry.remove_if(
-                    key,
-                    |e| matches!(e, Entry::Ready(r) if Arc::ptr_eq(r, &res)),
-                );
-                true
-            }
-            Some(Entry::Flying(flight)) => {
-                self.registry.remove_if(
-                    key,
-                    |e| matches!(e, Entry::Flying(f) if Arc::ptr_eq(f, &flight)),
-                );
-                true
-            }
-        }
+        self.directory.release(self.directory.hashed(&key))
     }
 
-    /// `Shared::reap`.
+    /// `SessionPool::reap`.
     fn reap(&self, now: u64) -> usize {
-        let mut reaped = 0;
-        for (key, res) in self.registry.ready() {
-            let won = res.retire_if_idle(now);
-            if won || res.stamp.is_retired() {
-                self.registry.remove_if(
-                    self.registry.hashed(&key),
-                    |e| matches!(e, Entry::Ready(r) if Arc::ptr_eq(r, &res)),
-                );
-            }
-            reaped += usize::from(won);
-        }
-        reaped
+        self.directory.reap(now, MAX_IDLE)
     }
 
     /// `SessionPool::stop`.
     fn stop(&self) {
-        self.limit.close();
-        for entry in self.registry.close() {
-            if let Entry::Ready(res) = entry {
-                res.retire();
-            }
-        }
+        self.directory.close();
     }
 
-    /// After every thread is done: release what is left, then every value must have been
-    /// freed exactly once and every permit returned.
-    fn assert_settled(&self) {
-        self.release(0);
-        assert!(self.registry.is_empty(), "no entry left behind");
+    /// Every value created so far was freed exactly once.
+    fn assert_each_freed_once(&self) {
         for res in self.created.lock().unwrap().iter() {
             assert_eq!(
                 res.frees.load(Ordering::SeqCst),
@@ -260,9 +225,17 @@ impl Pool {
                 res.id
             );
         }
+    }
+
+    /// After every thread is done: release what is left, then every value must have been
+    /// freed exactly once and every permit returned.
+    fn assert_settled(&self) {
+        self.release(0);
+        assert!(self.directory.registry().is_empty(), "no entry left behind");
+        self.assert_each_freed_once();
         assert_eq!(
-            self.limit.available(),
-            self.limit.capacity(),
+            self.limit().available(),
+            self.limit().capacity(),
             "every permit returned"
         );
     }
@@ -272,20 +245,24 @@ impl Pool {
 /// (the joiner is woken: loom reports a deadlock otherwise).
 #[test]
 fn single_flight_shares_one_establishment() {
-    loom::model(|| {
+    explore("single_flight_shares_one_establishment", 1, |coverage| {
         let pool = Pool::new(2);
         let other = {
             let pool = Arc::clone(&pool);
-            thread::spawn(move || pool.acquire(0, 1))
+            thread::spawn(move || pool.acquire_path(0, 1))
         };
-        let mine = pool.acquire(0, 1).unwrap();
-        let theirs = other.join().unwrap().unwrap();
+        let (mine, my_path) = pool.acquire_path(0, 1);
+        let (theirs, their_path) = other.join().unwrap();
+        let (mine, theirs) = (mine.unwrap(), theirs.unwrap());
         assert!(
             Arc::ptr_eq(&mine, &theirs),
             "both callers share one connection"
         );
         assert_eq!(pool.establishments.load(Ordering::SeqCst), 1);
-        assert_eq!(pool.limit.in_use(), 1);
+        assert_eq!(pool.limit().in_use(), 1);
+        if my_path.joined || their_path.joined {
+            coverage.reached(0);
+        }
         pool.assert_settled();
     });
 }
@@ -293,19 +270,26 @@ fn single_flight_shares_one_establishment() {
 /// Three callers (two threads and the main one): still one establishment, one value.
 #[test]
 fn single_flight_three_callers() {
-    loom::model(|| {
+    explore("single_flight_three_callers", 1, |coverage| {
         let pool = Pool::new(1);
         let others: Vec<_> = (0..2)
             .map(|_| {
                 let pool = Arc::clone(&pool);
-                thread::spawn(move || pool.acquire(0, 1))
+                thread::spawn(move || pool.acquire_path(0, 1))
             })
             .collect();
-        let mine = pool.acquire(0, 1).unwrap();
+        let (mine, my_path) = pool.acquire_path(0, 1);
+        let mine = mine.unwrap();
+        let mut joined = usize::from(my_path.joined);
         for other in others {
-            assert!(Arc::ptr_eq(&mine, &other.join().unwrap().unwrap()));
+            let (theirs, path) = other.join().unwrap();
+            assert!(Arc::ptr_eq(&mine, &theirs.unwrap()));
+            joined += usize::from(path.joined);
         }
         assert_eq!(pool.establishments.load(Ordering::SeqCst), 1);
+        if joined == 2 {
+            coverage.reached(0);
+        }
         pool.assert_settled();
     });
 }
@@ -314,7 +298,7 @@ fn single_flight_three_callers() {
 /// the flight ended starts a new one. No flight is left in the map, no permit is kept.
 #[test]
 fn single_flight_failure_reaches_joiners() {
-    loom::model(|| {
+    explore("single_flight_failure_reaches_joiners", 2, |coverage| {
         let pool = Pool::new(1);
         pool.fail_next.store(1, Ordering::SeqCst);
         let other = {
@@ -330,14 +314,20 @@ fn single_flight_failure_reaches_joiners() {
             .count();
         match establishments {
             // Both joined the one failed flight.
-            1 => assert_eq!(failed, 2),
+            1 => {
+                assert_eq!(failed, 2);
+                coverage.reached(0);
+            }
             // One met the failure, the other came after it and succeeded.
-            2 => assert_eq!(failed, 1),
+            2 => {
+                assert_eq!(failed, 1);
+                coverage.reached(1);
+            }
             n => panic!("{n} establishments for two callers"),
         }
         assert!(
             !matches!(
-                pool.registry.get(pool.registry.hashed(&0)),
+                pool.directory.registry().get(pool.directory.hashed(&0)),
                 Some(Entry::Flying(_))
             ),
             "no flight left"
@@ -348,10 +338,11 @@ fn single_flight_failure_reaches_joiners() {
 
 /// Release racing a hot acquire of an active session (pool size 1). The acquire either got
 /// the old value before it was retired, or rebuilt, or (tight race at full capacity) saw
-/// `Exhausted`; in every case the old value is freed once and capacity comes back.
+/// `Exhausted`; in every case the old value is freed once and capacity comes back, so the
+/// next acquire succeeds (a refused flight left in the map would refuse it).
 #[test]
 fn release_racing_acquire() {
-    loom::model(|| {
+    explore("release_racing_acquire", 3, |coverage| {
         let pool = Pool::new(1);
         let old = pool.acquire(0, 1).unwrap();
         let acquirer = {
@@ -360,8 +351,10 @@ fn release_racing_acquire() {
         };
         assert!(pool.release(0));
         match acquirer.join().unwrap() {
-            Ok(_) => {}
-            Err(Failure::Exhausted) | Err(Failure::Released) => {}
+            Ok(got) if Arc::ptr_eq(&got, &old) => coverage.reached(0),
+            Ok(_) => coverage.reached(1),
+            Err(Failure::Exhausted) => coverage.reached(2),
+            Err(Failure::Released) => {}
             Err(other) => panic!("unexpected {other:?}"),
         }
         assert!(old.stamp.is_retired());
@@ -370,6 +363,8 @@ fn release_racing_acquire() {
             1,
             "the released value is freed once"
         );
+        let again = pool.acquire(0, 3);
+        assert!(again.is_ok(), "capacity is back, yet {:?}", again.err());
         pool.assert_settled();
     });
 }
@@ -378,7 +373,7 @@ fn release_racing_acquire() {
 /// refused, it frees the value itself, and the flight fails with `Released`.
 #[test]
 fn release_racing_establishment() {
-    loom::model(|| {
+    explore("release_racing_establishment", 1, |coverage| {
         let pool = Pool::new(1);
         let acquirer = {
             let pool = Arc::clone(&pool);
@@ -386,7 +381,8 @@ fn release_racing_establishment() {
         };
         pool.release(0);
         match acquirer.join().unwrap() {
-            Ok(_) | Err(Failure::Released) => {}
+            Ok(_) => {}
+            Err(Failure::Released) => coverage.reached(0),
             Err(other) => panic!("unexpected {other:?}"),
         }
         pool.assert_settled();
@@ -398,7 +394,7 @@ fn release_racing_establishment() {
 /// (Capacity 2, so a rebuild never meets the old permit not yet dropped.)
 #[test]
 fn reap_racing_touch() {
-    loom::model(|| {
+    explore("reap_racing_touch", 2, |coverage| {
         let pool = Pool::new(2);
         let old = pool.acquire(0, 0).unwrap();
         let reaper = {
@@ -412,10 +408,112 @@ fn reap_racing_touch() {
             // it fresh: it cannot retire a value an acquire just refreshed.
             assert_eq!(reaped, 0);
             assert!(!old.stamp.is_retired());
+            coverage.reached(0);
         } else {
             // The reaper retired the old value first; the acquire rebuilt.
             assert_eq!(reaped, 1);
             assert!(old.stamp.is_retired());
+            coverage.reached(1);
+        }
+        pool.assert_settled();
+    });
+}
+
+/// An acquire whose clock says the session is stale races one whose (earlier) clock says it
+/// is fresh. Either the fresh touch lands first, and the stale check's retirement then fails
+/// (the value was just used: both callers get it, nobody rebuilds), or the retirement lands
+/// first and exactly one rebuild follows, which both callers share. A stale check that
+/// retired without re-checking idleness at the moment of its CAS would retire a value the
+/// fresh caller was just handed.
+#[test]
+fn stale_check_racing_fresh_touch() {
+    explore("stale_check_racing_fresh_touch", 2, |coverage| {
+        let pool = Pool::new(2);
+        let old = pool.acquire(0, 0).unwrap();
+        let stale = {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || pool.acquire_path(0, MAX_IDLE + 5))
+        };
+        let (fresh, _) = pool.acquire_path(0, MAX_IDLE);
+        let (stale, stale_path) = stale.join().unwrap();
+        let (fresh, stale) = (fresh.unwrap(), stale.unwrap());
+        let rebuilt = pool.rebuilt.load(Ordering::SeqCst);
+        if Arc::ptr_eq(&fresh, &old) {
+            // The touch won: the value the fresh caller holds was not retired under it.
+            assert!(!old.stamp.is_retired(), "retired a value just handed out");
+            assert!(Arc::ptr_eq(&stale, &old));
+            assert_eq!(rebuilt, 0);
+            if stale_path.found_unusable {
+                // The stale check saw it idle, then lost its retirement to the touch.
+                coverage.reached(0);
+            }
+        } else {
+            assert!(old.stamp.is_retired());
+            assert_eq!(old.frees.load(Ordering::SeqCst), 1);
+            assert_eq!(rebuilt, 1, "exactly one rebuild counted");
+            coverage.reached(1);
+        }
+        pool.assert_settled();
+    });
+}
+
+/// Two acquires find the same session stale at once: exactly one of them retires it (frees
+/// it, counts the rebuild), the other sees it retired, and both end with the one new value.
+#[test]
+fn two_stale_checks_retire_once() {
+    explore("two_stale_checks_retire_once", 1, |coverage| {
+        let pool = Pool::new(2);
+        let old = pool.acquire(0, 0).unwrap();
+        let other = {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || pool.acquire_path(0, MAX_IDLE + 5))
+        };
+        let (mine, my_path) = pool.acquire_path(0, MAX_IDLE + 5);
+        let (theirs, their_path) = other.join().unwrap();
+        let (mine, theirs) = (mine.unwrap(), theirs.unwrap());
+        assert!(Arc::ptr_eq(&mine, &theirs), "one rebuild, shared");
+        assert!(!Arc::ptr_eq(&mine, &old));
+        assert_eq!(old.frees.load(Ordering::SeqCst), 1, "retired once");
+        assert_eq!(
+            pool.rebuilt.load(Ordering::SeqCst),
+            1,
+            "one rebuild counted"
+        );
+        assert_eq!(pool.establishments.load(Ordering::SeqCst), 2);
+        if my_path.found_unusable
+            && their_path.found_unusable
+            && my_path.rebuilt != their_path.rebuilt
+        {
+            // Both found it unusable; one retired it, the other lost the stamp.
+            coverage.reached(0);
+        }
+        pool.assert_settled();
+    });
+}
+
+/// Two acquires find the same session dead at once (its connection went down): exactly one
+/// retires and frees it, and they share one rebuild.
+#[test]
+fn two_dead_checks_retire_once() {
+    explore("two_dead_checks_retire_once", 1, |coverage| {
+        let pool = Pool::new(2);
+        let old = pool.acquire(0, 0).unwrap();
+        old.alive.store(false, Ordering::SeqCst);
+        let other = {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || pool.acquire_path(0, 1))
+        };
+        let (mine, my_path) = pool.acquire_path(0, 1);
+        let (theirs, their_path) = other.join().unwrap();
+        assert!(Arc::ptr_eq(&mine.unwrap(), &theirs.unwrap()));
+        assert_eq!(old.frees.load(Ordering::SeqCst), 1, "retired once");
+        assert_eq!(
+            pool.rebuilt.load(Ordering::SeqCst),
+            1,
+            "one rebuild counted"
+        );
+        if my_path.found_unusable && their_path.found_unusable {
+            coverage.reached(0);
         }
         pool.assert_settled();
     });
@@ -425,23 +523,24 @@ fn reap_racing_touch() {
 /// and the caller sees it or `Closed`.
 #[test]
 fn stop_racing_establishment() {
-    loom::model(|| {
+    explore("stop_racing_establishment", 2, |coverage| {
         let pool = Pool::new(1);
         let acquirer = {
             let pool = Arc::clone(&pool);
-            thread::spawn(move || pool.acquire(0, 1))
+            thread::spawn(move || pool.acquire_path(0, 1))
         };
         pool.stop();
         match acquirer.join().unwrap() {
-            Ok(res) => assert!(res.stamp.is_retired(), "stop retired it"),
-            Err(Failure::Closed) => {}
-            Err(other) => panic!("unexpected {other:?}"),
+            (Ok(res), _) => assert!(res.stamp.is_retired(), "stop retired it"),
+            (Err(Failure::Closed), path) => {
+                // The leader's install was refused by the close (or it never led).
+                coverage.reached(usize::from(!path.led));
+            }
+            (Err(other), _) => panic!("unexpected {other:?}"),
         }
         assert!(matches!(pool.acquire(0, 2), Err(Failure::Closed)));
-        for res in pool.created.lock().unwrap().iter() {
-            assert_eq!(res.frees.load(Ordering::SeqCst), 1);
-        }
-        assert_eq!(pool.limit.available(), 1);
+        pool.assert_each_freed_once();
+        assert_eq!(pool.limit().available(), 1);
     });
 }
 
@@ -466,7 +565,7 @@ fn push_and_maybe_drain(
 /// by exactly one drain that a push scheduled, and none is left queued with no drain to come.
 #[test]
 fn batch_never_strands_an_item() {
-    loom::model(|| {
+    explore("batch_never_strands_an_item", 2, |coverage| {
         let batch = Arc::new(Batch::new());
         let taken = Arc::new(Mutex::new(Vec::new()));
         let producer = {
@@ -475,6 +574,8 @@ fn batch_never_strands_an_item() {
         };
         let mine = push_and_maybe_drain(&batch, &taken, 1);
         let theirs = producer.join().unwrap();
+        // One drain served both pushes, or each push scheduled its own.
+        coverage.reached(usize::from(mine.is_some() && theirs.is_some()));
         for drain in [mine, theirs].into_iter().flatten() {
             drain.join().unwrap();
         }
@@ -489,7 +590,7 @@ fn batch_never_strands_an_item() {
 /// would have taken stay queued, and the next push schedules a drain that takes them all.
 #[test]
 fn batch_unscheduled_drain_hands_over() {
-    loom::model(|| {
+    explore("batch_unscheduled_drain_hands_over", 1, |coverage| {
         let batch = Arc::new(Batch::new());
         let taken = Arc::new(Mutex::new(Vec::new()));
         let dropped = {
@@ -516,6 +617,10 @@ fn batch_unscheduled_drain_hands_over() {
         let next_claimed = next.is_some();
         if let Some(drain) = next {
             drain.join().unwrap();
+        }
+        if scheduled_and_dropped && !mine_claimed {
+            // The dropped drain's item (and mine) waited for the next push's drain.
+            coverage.reached(0);
         }
         let mut got = taken.lock().unwrap().clone();
         got.sort_unstable();

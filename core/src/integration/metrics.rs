@@ -53,6 +53,7 @@ use std::time::Duration;
 use crate::breaker::BreakerState;
 use crate::channel::ChannelStats;
 use crate::client::ClientStats;
+use crate::panic::{catch, report};
 use crate::session::SessionStats;
 use crate::stream::StreamStats;
 
@@ -66,6 +67,10 @@ pub trait Export {
 /// Records `stats()` of a pool every `interval` on a new tokio task, as [`Export::export`] with
 /// label `pool = name`. The task ends when `stats` returns `None` (typically a `Weak` to the
 /// pool that no longer upgrades), so it never keeps a dropped pool alive.
+///
+/// `stats` and the installed recorder are user code: a panic in either is caught, logged as a
+/// `tracing` error event with its message, and that tick's export is skipped; the exporter
+/// carries on at the next tick (it neither dies silently nor panics on the runtime).
 ///
 /// # Panics
 /// Outside a tokio runtime, or if `interval` is zero.
@@ -91,9 +96,10 @@ where
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        match stats() {
-            Some(snapshot) => snapshot.export(&name),
-            None => return,
+        match catch(|| stats().map(|snapshot| snapshot.export(&name))) {
+            Ok(Some(())) => {}
+            Ok(None) => return,
+            Err(panic) => report("metrics exporter (stats callback or recorder)", &panic),
         }
     }
 }

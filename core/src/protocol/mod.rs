@@ -9,5 +9,7 @@ pub mod exclusive;
 pub mod flight;
 pub mod gate;
 pub mod limit;
+pub mod quota;
+pub mod routes;
 pub mod shared;
 pub mod slots;

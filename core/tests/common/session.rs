@@ -12,6 +12,7 @@ use slotpool::session::{
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::panics::inject;
 use super::{MockTime, ReapByHand};
 
 // ----------------------------------------------------------------------------------------
@@ -58,6 +59,21 @@ pub struct Counts {
     pub proceed: Gate,
     pub next_loop: AtomicU64,
     pub conns: Mutex<Vec<Arc<ConnState>>>,
+    /// Upcoming calls that panic, per operation (each counted in `panics`).
+    pub panic_connect: AtomicU64,
+    pub panic_bootstrap: AtomicU64,
+    pub panic_reattach: AtomicU64,
+    pub panic_is_alive: AtomicU64,
+    pub panic_next_event: AtomicU64,
+    pub panic_close: AtomicU64,
+    /// For storms: one call in this many panics, at any of those places (0: never).
+    pub panic_one_in: AtomicU64,
+    /// Calls that consulted `panic_one_in`.
+    pub calls: AtomicU64,
+    /// Panics injected so far.
+    pub panics: AtomicU64,
+    /// Connections closed a second time (a pool bug; every test's accounting checks it is 0).
+    pub double_closes: AtomicU64,
 }
 
 impl Counts {
@@ -67,11 +83,38 @@ impl Counts {
             .is_ok()
     }
 
+    /// Panics (counted) if `knob` has an upcoming panic or the storm picks this call.
+    pub fn maybe_panic(&self, knob: &AtomicU64, what: &str) {
+        if Self::take_failure(knob) || self.storm_picks() {
+            self.panics.fetch_add(1, Ordering::SeqCst);
+            inject(what);
+        }
+    }
+
+    fn storm_picks(&self) -> bool {
+        let one_in = self.panic_one_in.load(Ordering::SeqCst);
+        if one_in == 0 {
+            return false;
+        }
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        // A fixed mix of the call number: reproducible, and spread over every place.
+        call.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29) % one_in == 0
+    }
+
+    pub fn panics(&self) -> u64 {
+        self.panics.load(Ordering::SeqCst)
+    }
+
     pub fn opened(&self) -> u64 {
         self.opened.load(Ordering::SeqCst)
     }
 
     pub fn closed(&self) -> u64 {
+        assert_eq!(
+            self.double_closes.load(Ordering::SeqCst),
+            0,
+            "a connection was closed twice"
+        );
         self.closed.load(Ordering::SeqCst)
     }
 
@@ -134,6 +177,7 @@ impl Connector for Fake {
         let counts = Arc::clone(&self.0);
         async move {
             counts.connect_calls.fetch_add(1, Ordering::SeqCst);
+            counts.maybe_panic(&counts.panic_connect, "connect");
             if Counts::take_failure(&counts.fail_connect) {
                 return Err(FakeError("connect"));
             }
@@ -171,6 +215,7 @@ impl Connector for Fake {
                     .expect("never closed")
                     .forget();
             }
+            counts.maybe_panic(&counts.panic_bootstrap, "bootstrap");
             if Counts::take_failure(&counts.fail_bootstrap) {
                 return Err(FakeError("bootstrap"));
             }
@@ -187,6 +232,7 @@ impl Connector for Fake {
         let counts = Arc::clone(&self.0);
         async move {
             counts.reattach_calls.fetch_add(1, Ordering::SeqCst);
+            counts.maybe_panic(&counts.panic_reattach, "reattach");
             if Counts::take_failure(&counts.fail_reattach) {
                 return Err(FakeError("reattach"));
             }
@@ -195,30 +241,42 @@ impl Connector for Fake {
     }
 
     fn is_alive(&self, conn: &Arc<ConnState>) -> bool {
+        self.0.maybe_panic(&self.0.panic_is_alive, "is_alive");
         conn.alive.load(Ordering::SeqCst)
     }
 
     fn next_event(&self, conn: &Arc<ConnState>) -> impl Future<Output = Option<String>> + Send {
         let conn = Arc::clone(conn);
-        async move { conn.events_out.lock().await.recv().await }
+        let counts = Arc::clone(&self.0);
+        async move {
+            counts.maybe_panic(&counts.panic_next_event, "next_event");
+            conn.events_out.lock().await.recv().await
+        }
     }
 
     fn close(&self, conn: &Arc<ConnState>) {
-        assert!(
-            !conn.closed.swap(true, Ordering::SeqCst),
-            "connection {} closed twice",
-            conn.id
-        );
+        // A second close is a pool bug the test must see: it is recorded in `double_closes`
+        // (a panic here would be contained by the pool, and counted as the connector's).
+        if conn.closed.swap(true, Ordering::SeqCst) {
+            self.0.double_closes.fetch_add(1, Ordering::SeqCst);
+        }
         self.0.closed.fetch_add(1, Ordering::SeqCst);
+        // Closed first, then (maybe) the panic: the pool called close exactly once either way.
+        self.0.maybe_panic(&self.0.panic_close, "close");
     }
 }
 
-/// A store that fails on demand, in front of a `MemoryStore`.
+/// A store that fails or panics on demand, in front of a `MemoryStore`.
 #[derive(Default)]
 pub struct FlakyStore {
     pub inner: MemoryStore,
     pub fail_lookup: AtomicU64,
     pub fail_save: AtomicU64,
+    /// Upcoming calls that panic: a lookup in the call itself, a save and a touch when polled.
+    pub panic_lookup: AtomicU64,
+    pub panic_save: AtomicU64,
+    pub panic_touch: AtomicU64,
+    pub touches: AtomicU64,
 }
 
 /// The pool's handle on a shared `FlakyStore`.
@@ -231,6 +289,9 @@ impl SessionStore for Flaky {
         &self,
         session: &str,
     ) -> impl Future<Output = Result<Option<LoopId>, FakeError>> + Send {
+        if Counts::take_failure(&self.0.panic_lookup) {
+            inject("store lookup");
+        }
         let result = if Counts::take_failure(&self.0.fail_lookup) {
             Err(FakeError("lookup"))
         } else {
@@ -240,17 +301,28 @@ impl SessionStore for Flaky {
     }
 
     fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), FakeError>> + Send {
-        let result = if Counts::take_failure(&self.0.fail_save) {
-            Err(FakeError("save"))
-        } else {
-            self.0.inner.insert(record);
+        let store = Arc::clone(&self.0);
+        async move {
+            if Counts::take_failure(&store.panic_save) {
+                inject("store save");
+            }
+            if Counts::take_failure(&store.fail_save) {
+                return Err(FakeError("save"));
+            }
+            store.inner.insert(record);
             Ok(())
-        };
-        std::future::ready(result)
+        }
     }
 
     fn touch(&self, _session: &str) -> impl Future<Output = Result<(), FakeError>> + Send {
-        std::future::ready(Ok(()))
+        let store = Arc::clone(&self.0);
+        async move {
+            store.touches.fetch_add(1, Ordering::SeqCst);
+            if Counts::take_failure(&store.panic_touch) {
+                inject("store touch");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -357,27 +429,14 @@ pub fn held_pool(size: usize) -> (Arc<SessionPool<Fake>>, Arc<Counts>) {
     (Arc::new(pool), counts)
 }
 
-/// Lets a test keep a handle on the `MemoryStore` the pool uses.
-pub struct ArcStore(pub Arc<MemoryStore>);
-
-impl SessionStore for ArcStore {
-    type Error = std::convert::Infallible;
-    fn loop_id(
-        &self,
-        session: &str,
-    ) -> impl Future<Output = Result<Option<LoopId>, Self::Error>> + Send {
-        self.0.loop_id(session)
-    }
-    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.save(record)
-    }
-    fn touch(&self, session: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.touch(session)
-    }
-}
-
 /// A pool of 4 whose store already records session "s" on `loop_id`.
-pub fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<MemoryStore>) {
+pub fn seeded(
+    loop_id: &str,
+) -> (
+    SessionPool<Fake, Arc<MemoryStore>>,
+    Arc<Counts>,
+    Arc<MemoryStore>,
+) {
     let store = Arc::new(MemoryStore::new());
     store.insert(SessionRecord {
         session: "s".into(),
@@ -385,7 +444,7 @@ pub fn seeded(loop_id: &str) -> (SessionPool<Fake, ArcStore>, Arc<Counts>, Arc<M
         workspace: "ws".into(),
         user: "user".into(),
     });
-    let (pool, counts) = pool_on(4, ArcStore(Arc::clone(&store)));
+    let (pool, counts) = pool_on(4, Arc::clone(&store));
     (pool, counts, store)
 }
 

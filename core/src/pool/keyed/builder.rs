@@ -2,11 +2,11 @@
 //! the blocking pool's size by [`KeyedBuilder::build`].
 
 use super::{
-    check_fit, Key, Keyed, KeyedConfigError, Table, DEFAULT_SHARE,
+    check_fit, Key, KeyState, KeyTable, Keyed, KeyedConfigError, DEFAULT_SHARE,
     TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
 };
 use crate::error::ConfigError;
-use crate::sync::{Mutex, Published};
+use crate::routes::Routes;
 
 /// Builder of a [`Keyed`] registry; see [`Keyed::builder`].
 #[derive(Debug, Clone)]
@@ -84,12 +84,13 @@ impl<K: Key> KeyedBuilder<K> {
         if self.max_blocking_threads == 0 {
             return Err(ConfigError::Zero("max_blocking_threads").into());
         }
-        let mut table = Table::empty();
+        let mut table = KeyTable::new();
         for (key, slots) in self.shares {
-            table.add_share(None, key, slots.unwrap_or(self.default_share))?;
+            let slots = slots.unwrap_or(self.default_share);
+            table.add_share(None, key, slots, KeyState::new)?;
         }
         for (alias, share) in self.aliases {
-            table.add_alias(None, alias, share)?;
+            table.add_alias(None, alias, share, KeyState::new)?;
         }
         check_fit(
             table.total(),
@@ -97,9 +98,7 @@ impl<K: Key> KeyedBuilder<K> {
             self.max_blocking_threads,
         )?;
         Ok(Keyed {
-            fixed: table,
-            added: Published::new(Table::empty()),
-            writer: Mutex::new(false),
+            routes: Routes::new(table),
             default_share: self.default_share,
             max_blocking_threads: self.max_blocking_threads,
             reserved_threads: self.reserved_threads,

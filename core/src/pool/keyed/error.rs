@@ -5,6 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{ConfigError, Reach};
+use crate::panic::Panic;
+use crate::routes::TableError;
 
 /// Why a keyed call did not return the closure's value. Every variant names the **caller's**
 /// key (not the share it is aliased to) and says, through [`Reach`], whether a retry is safe.
@@ -37,13 +39,17 @@ pub enum KeyedError<K: fmt::Debug> {
         /// Always [`Reach::NotSent`].
         reach: Reach,
     },
-    /// The closure panicked. Its slot was released during the unwind.
-    #[error("{key:?}: blocking work panicked ({reach})")]
+    /// The closure panicked. The panic was caught on the blocking thread (and logged); its
+    /// slot was released right after.
+    #[error("{key:?}: blocking work panicked ({reach}): {}", panic.message())]
     Panicked {
         /// The caller's key.
         key: K,
-        /// [`Reach::MaybeApplied`] for a mutation, [`Reach::NotSent`] for a read.
+        /// [`Reach::MaybeApplied`] for a mutation (it may have committed before it panicked),
+        /// [`Reach::NotSent`] for a read (it has no durable effect: a retry is safe).
         reach: Reach,
+        /// What the closure's panic said.
+        panic: Panic,
     },
     /// The blocking task's outcome was lost (the runtime cancelled it, e.g. while shutting
     /// down). Whether it ran is unknown, so a mutation is treated as possibly applied.
@@ -91,7 +97,7 @@ pub enum KeyedConfigError<K: fmt::Debug> {
     /// A global setting is invalid (zero default share, zero thread limit).
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// One key's share is invalid (zero, or above [`crate::limit::MAX_PERMITS`]).
+    /// One key's share is invalid (zero, or above [`MAX_SHARE`](super::MAX_SHARE)).
     #[error("share of {key:?}: {error}")]
     InvalidShare {
         /// The share key.
@@ -126,4 +132,18 @@ pub enum KeyedConfigError<K: fmt::Debug> {
         /// The key given twice.
         key: K,
     },
+}
+
+impl<K: fmt::Debug> From<TableError<K>> for KeyedConfigError<K> {
+    fn from(error: TableError<K>) -> Self {
+        match error {
+            TableError::Duplicate { key } => KeyedConfigError::Duplicate { key },
+            TableError::UnknownShare { alias, share } => {
+                KeyedConfigError::UnknownShare { alias, share }
+            }
+            TableError::InvalidShare { key, error } => {
+                KeyedConfigError::InvalidShare { key, error }
+            }
+        }
+    }
 }

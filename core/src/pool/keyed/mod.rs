@@ -4,35 +4,42 @@
 //! # The algorithm
 //!
 //! Blocking work (a call that takes a mutex and may wait on `fsync`) runs on tokio's blocking
-//! pool. Each **operation family** (a key `K`) draws from a **share**: a [`Limit`] with a fixed
-//! number of slots, so one family stuck behind a slow disk parks at most its own share of the
-//! pool's threads. Families that serialize on the same lock are **aliased** to one share key and
-//! draw from one budget; refusals, logs, statistics and metrics still name the caller's own key.
+//! pool. Each **operation family** (a key `K`) draws from a **share**: a
+//! [`Quota`](crate::quota::Quota) with a fixed number of slots, so one family stuck behind a
+//! slow disk parks at most its own share of the pool's threads. Families that serialize on the
+//! same lock are **aliased** to one share key and draw from one budget; refusals, logs,
+//! statistics and metrics still name the caller's own key.
 //!
-//! The registry maps a caller key to a **route**: the share key, the share's `Arc<Limit>`, a
-//! refusal counter. It is two tables. The keys given to the builder live in a table that is
-//! **fixed at build time** and never written again, so looking one up is a plain hash lookup:
-//! no lock, not even an atomic. Keys registered at run time live in a second table
-//! **published** through arc-swap. A call:
+//! The registry maps a caller key to a **route**: the share key, the share's quota, the key's
+//! counters ([`crate::routes`], where the protocol is told). It is two tables. The keys given
+//! to the builder live in a table that is **fixed at build time** and never written again, so
+//! looking one up is a plain hash lookup: no lock, not even an atomic. Keys registered at run
+//! time live in a second table **published** through arc-swap. A call:
 //!
 //! 1. looks its key up in the fixed table, and only if it is not there in the published one
 //!    (one lock-free load); R2 takes a global `Mutex<BTreeMap>` here on every call;
-//! 2. tries the share's limiter without waiting, one CAS (the common case ends here: no clock
-//!    read, no timer);
+//! 2. tries the share's quota without waiting, one CAS (the common case ends here: no clock
+//!    read, no timer, no reference count);
 //! 3. only if the share is full, waits asynchronously (holding no thread) in
-//!    `tokio::time::timeout(max_wait, limit.acquire_owned())`; if the wait elapses the call is
+//!    `tokio::time::timeout(max_wait, quota.acquire())`; if the wait elapses the call is
 //!    **refused**: a per-key counter goes up and a warning names the key, its share and the wait
 //!    bound, never the request;
-//! 4. moves the [`OwnedPermit`] **into** the closure it hands to
-//!    [`tokio::task::spawn_blocking`], enters the caller's span **inside** that closure, and
-//!    releases the permit when the closure ends: by returning or by unwinding. A release is one
-//!    `fetch_add` and, with nobody waiting, no lock (R2's tokio `Semaphore` locks its waiter
-//!    queue on every permit drop).
+//! 4. moves the [`Admission`] **into** the closure it hands to
+//!    [`tokio::task::spawn_blocking`], enters the caller's span **inside** that closure, runs
+//!    the work inside a panic guard, and releases the slot when the closure ends. A release
+//!    with nobody waiting is one CAS and no lock (R2's tokio `Semaphore` locks its waiter queue
+//!    on every permit drop).
+//!
+//! The admission is `'static` yet holds **no reference count**: a share's quota stays
+//! allocated as long as any of its slots is out, because its word counts the slots out beside
+//! the waiters, and the one atomic step that leaves it with its owner gone and nothing out
+//! frees it ([`crate::quota`]). Admission and release are therefore two locked instructions,
+//! the two the slot itself costs, where an `Arc`'d permit costs four.
 //!
 //! Registering a key at run time takes a writer mutex, copies the published table, adds the
 //! route and publishes the copy. Lookups never take that mutex: they see the old table or the
 //! new one, whole. Existing routes are shared between the copies (`Arc`), so a key keeps its one
-//! limiter whichever table a caller read. A run-time alias may name a share of either table.
+//! quota whichever table a caller read. A run-time alias may name a share of either table.
 //!
 //! Both tables hash keys with [`KeyHasher`], a multiply-rotate hash (FxHash's family) rather
 //! than std's SipHash, which cost more than the rest of a lookup. It is not resistant to chosen
@@ -53,8 +60,13 @@
 //!   before the panic, so it reports [`Reach::MaybeApplied`] and a retry may duplicate it. A
 //!   **read** has no durable effect, so it reports [`Reach::NotSent`]: retrying is safe.
 //!
-//! The slot is freed in every case: the permit lives inside the closure, so it is released when
-//! the closure returns or unwinds, and never earlier. A caller that stops waiting (its future is
+//! A closure's panic is caught on the blocking thread, where it happened: the error carries
+//! it ([`KeyedError::Panicked`]'s `panic`, with its message), the caller key's panic count
+//! ([`KeyStats::panics`]) goes up, and a `tracing` error event names the key, the reach and
+//! the message (never the request). Nothing unwinds into the runtime or the caller.
+//!
+//! The slot is freed in every case: the admission lives inside the closure, so it is released
+//! when the closure returns or its panic is caught, and never earlier. A caller that stops waiting (its future is
 //! dropped mid-run) therefore keeps its slot taken until the work ends, and a second call in the
 //! same share cannot overlap durable work that is still running.
 //!
@@ -71,17 +83,19 @@
 //! # Statistics and metrics
 //!
 //! [`Keyed::stats`] reports, per caller key, its share, the share's slots in use and capacity,
-//! the calls waiting, and the key's refusals. With the `metrics` feature each caller key also
-//! exports a gauge `slotpool_keyed_in_use` (its calls holding a slot now) and a counter
-//! `slotpool_keyed_refusals_total`, both labelled `key` and `share`; the handles are
-//! registered once per key, with whatever recorder is installed when the key is registered.
+//! the calls waiting, and the key's refusals and panics. With the `metrics` feature each caller
+//! key also exports a gauge `slotpool_keyed_in_use` (its calls holding a slot now) and counters
+//! `slotpool_keyed_refusals_total` and `slotpool_keyed_panics_total`, all labelled `key` and
+//! `share`; the handles are registered once per key, with whatever recorder is installed when
+//! the key is registered. (The in-use gauge's handle is cloned into each admission, a
+//! reference count the feature adds to the hot path.)
 //!
 //! [`Keyed::admit`] is the admission alone, for callers that run their work elsewhere; it is
 //! also what the benchmarks measure against R2's admission.
 //!
-//! This module owns admission and the per-key counters; `route.rs` the key tables and their
-//! hasher, `builder.rs` the configuration, `error.rs` the errors. The permit protocol is
-//! [`crate::limit`]'s, and the wait queue is [`crate::gate`]'s.
+//! This module owns admission, the blocking pool and the per-key counters; `builder.rs` the
+//! configuration, `error.rs` the errors. The route tables are [`crate::routes`]'s, the slots
+//! [`crate::quota`]'s, and the wait queue [`crate::gate`]'s; the loom models drive those.
 //!
 //! # Example
 //!
@@ -121,8 +135,10 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use crate::error::Reach;
-use crate::limit::{Limit, OwnedPermit};
-use crate::sync::{Arc, Mutex, Ordering, Published};
+use crate::panic::{catch, Panic};
+use crate::quota::QuotaPermit;
+use crate::routes::{First, Route, Routes, Table};
+use crate::sync::{AtomicU64, Ordering};
 
 /// The share a family gets unless overridden (R2's `MAX_FAMILY_BLOCKING_SLOTS`).
 ///
@@ -134,14 +150,16 @@ pub const DEFAULT_SHARE: usize = 8;
 /// tokio's default for `runtime::Builder::max_blocking_threads`, and the default bound here.
 pub const TOKIO_DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
 
+/// The most slots one share can have (about a million; a share is a slice of the blocking
+/// pool's threads, so the fit check refuses far smaller shares first in practice).
+pub const MAX_SHARE: usize = crate::quota::MAX_QUOTA;
+
 mod builder;
 mod error;
-mod route;
 
+pub use crate::routes::KeyHasher;
 pub use builder::KeyedBuilder;
 pub use error::{KeyedConfigError, KeyedError};
-pub use route::KeyHasher;
-use route::{First, Route, Table};
 
 /// What a key type must provide: compared and hashed on every call, cloned only into errors,
 /// statistics and registrations, printed (`Debug`) in logs and errors.
@@ -151,6 +169,7 @@ impl<T: Eq + Hash + Clone + fmt::Debug + Send + Sync + 'static> Key for T {}
 
 /// A point-in-time view of one caller key.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyStats<K> {
     /// The caller's key.
     pub key: K,
@@ -164,6 +183,8 @@ pub struct KeyStats<K> {
     pub waiting: usize,
     /// Calls with this caller key refused so far.
     pub refusals: u64,
+    /// Calls with this caller key whose closure panicked so far.
+    pub panics: u64,
 }
 
 /// Whether a call's closure can have a durable effect; decides the [`Reach`] of a lost outcome.
@@ -182,19 +203,53 @@ impl Effect {
     }
 }
 
+/// A caller key's own state beside its route: its counters and metric handles. Shared by
+/// every table that holds the key's route.
+struct KeyState {
+    /// Refusals of this caller key. Written only on the refusal path.
+    refusals: AtomicU64,
+    /// Panics of this caller key's closures. Written only on the panic path.
+    panics: AtomicU64,
+    #[cfg(feature = "metrics")]
+    metrics: metrics_export::RouteMetrics,
+}
+
+impl KeyState {
+    fn new<K: Key>(key: &K, share: &K) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = (key, share);
+        Self {
+            refusals: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            metrics: metrics_export::RouteMetrics::new(key, share),
+        }
+    }
+}
+
+type KeyRoute<K> = Route<K, KeyState>;
+type KeyTable<K> = Table<K, KeyState>;
+
+fn stats_of<K: Key>(key: &K, route: &KeyRoute<K>) -> KeyStats<K> {
+    let quota = route.quota();
+    let state = route.extra();
+    KeyStats {
+        key: key.clone(),
+        share: route.share().clone(),
+        in_use: quota.in_use(),
+        capacity: quota.capacity(),
+        waiting: quota.waiting(),
+        refusals: state.refusals.load(Ordering::Relaxed),
+        panics: state.panics.load(Ordering::Relaxed),
+    }
+}
+
 /// A registry of per-key shares of tokio's blocking pool. Build one with [`Keyed::builder`].
 ///
 /// See the [module documentation](self) for the algorithm and the failure model.
 pub struct Keyed<K: Key> {
-    /// The builder's keys. INVARIANT: never written after build, so readers need no
-    /// synchronisation at all.
-    fixed: Table<K>,
-    /// Keys registered at run time. Lock-free for readers; replaced whole by writers.
-    added: Published<Table<K>>,
-    /// Serializes writers (run-time registration, close). INVARIANT: `added` is stored only
-    /// while this is held; the flag is `true` once [`Keyed::close`] ran, and every limiter in
-    /// both tables is closed from then on.
-    writer: Mutex<bool>,
+    /// The builder's keys in a fixed table, run-time keys in a published one, and the close.
+    routes: Routes<K, KeyState>,
     /// Share of keys registered without an explicit size. INVARIANT: at least 1.
     default_share: usize,
     /// The blocking pool's thread limit the shares must fit. INVARIANT: at least 1.
@@ -323,22 +378,51 @@ impl<K: Key> Keyed<K> {
             let _entered = span.enter();
             // Held until `work` returns or unwinds, whatever the caller does meanwhile.
             let _admission = admission;
-            work()
+            // A panic of `work` (or of a drop of what it captured) ends here, on the blocking
+            // thread: its message is kept for the caller and the log.
+            catch(work)
         });
         // Await 2: a drop here detaches the closure; it keeps its slot until it ends.
         match handle.await {
-            Ok(value) => Ok(value),
-            Err(error) => {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(panic)) => Err(self.panicked(key, effect, panic)),
+            // The closure catches its own panics: a join error that reports one is a panic
+            // outside it (in entering the span), still the caller's call that went wrong.
+            Err(error) if error.is_panic() => {
+                let panic = Panic::from_payload(error.into_panic());
+                Err(self.panicked(key, effect, panic))
+            }
+            Err(_cancelled) => {
                 let key = key.clone();
                 let reach = effect.lost_reach();
-                if error.is_panic() {
-                    tracing::error!(key = ?key, ?reach, "keyed blocking work panicked");
-                    Err(KeyedError::Panicked { key, reach })
-                } else {
-                    tracing::error!(key = ?key, ?reach, "keyed blocking work lost");
-                    Err(KeyedError::Lost { key, reach })
-                }
+                tracing::error!(key = ?key, ?reach, "keyed blocking work lost");
+                Err(KeyedError::Lost { key, reach })
             }
+        }
+    }
+
+    /// The panic path: count it against the caller's key, log its message (never the
+    /// request's contents) and build the error.
+    #[cold]
+    fn panicked(&self, key: &K, effect: Effect, panic: Panic) -> KeyedError<K> {
+        self.routes.with_route(key, |route| {
+            if let Some(route) = route {
+                route.extra().panics.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                route.extra().metrics.panics.increment(1);
+            }
+        });
+        let reach = effect.lost_reach();
+        tracing::error!(
+            key = ?key,
+            ?reach,
+            message = panic.message(),
+            "keyed blocking work panicked; contained"
+        );
+        KeyedError::Panicked {
+            key: key.clone(),
+            reach,
+            panic,
         }
     }
 
@@ -347,7 +431,8 @@ impl<K: Key> Keyed<K> {
     /// is released when the [`Admission`] drops; move it into the work so it is held exactly as
     /// long as the work runs.
     ///
-    /// The common case (a slot is free) is one lock-free lookup and one CAS; no clock is read.
+    /// The common case (a slot is free) is one lock-free lookup and one CAS; no clock is read
+    /// and no reference count is touched (the slot's permit holds none, see [`crate::quota`]).
     ///
     /// # Errors
     /// [`KeyedError::Refused`] (no slot within `max_wait`; counted and logged),
@@ -361,16 +446,7 @@ impl<K: Key> Keyed<K> {
     /// When the share is full and the current runtime has no time driver, as
     /// [`tokio::time::timeout`] does.
     pub async fn admit(&self, key: &K, max_wait: Duration) -> Result<Admission, KeyedError<K>> {
-        let first = self.with_route(key, |route| match route {
-            None => First::Unregistered,
-            Some(route) => match route.limit.try_acquire_owned() {
-                Ok(permit) => First::Admitted(Admission::new(permit, route)),
-                // The limiter reports why it had no permit; only a close ends the call here.
-                Err(_) if route.limit.is_closed() => First::Closed,
-                Err(_) => First::Wait(Arc::clone(route)),
-            },
-        });
-        match first {
+        match self.routes.admit(key, Admission::new) {
             First::Admitted(admission) => Ok(admission),
             // Boxed: the wait (and its timer) is the rare path, and keeping it out of line
             // keeps this future, and every future that awaits it, small to move.
@@ -385,41 +461,30 @@ impl<K: Key> Keyed<K> {
 
     /// The slow path of [`Keyed::admit`]: the share was full on the first attempt.
     ///
-    /// Cancel-safe: dropping it drops the `AcquireOwned` future inside the timeout, which
-    /// leaves the share's queue and passes on a wake-up it had received.
+    /// Cancel-safe: dropping it drops the quota's wait future inside the timeout, which leaves
+    /// the share's queue and passes on a wake-up (or a slot) it had received.
     async fn wait_for_slot(
         &self,
         key: &K,
-        route: Arc<Route<K>>,
+        route: crate::sync::Arc<KeyRoute<K>>,
         max_wait: Duration,
     ) -> Result<Admission, KeyedError<K>> {
-        let wait = Arc::clone(&route.limit).acquire_owned();
-        match tokio::time::timeout(max_wait, wait).await {
+        match tokio::time::timeout(max_wait, route.quota().acquire()).await {
             Ok(Ok(permit)) => Ok(Admission::new(permit, &route)),
             Ok(Err(_closed)) => Err(self.closed(key)),
             Err(_elapsed) => Err(self.refuse(key, &route, max_wait)),
         }
     }
 
-    /// Runs `f` on `key`'s route: from the fixed table with no synchronisation, else from the
-    /// published table with one lock-free load.
-    #[inline]
-    fn with_route<R>(&self, key: &K, f: impl FnOnce(Option<&Arc<Route<K>>>) -> R) -> R {
-        match self.fixed.routes.get(key) {
-            Some(route) => f(Some(route)),
-            None => self.added.with(|added| f(added.routes.get(key))),
-        }
-    }
-
     /// The refusal path: count, log the key and the bound (never the request), build the error.
     #[cold]
-    fn refuse(&self, key: &K, route: &Route<K>, max_wait: Duration) -> KeyedError<K> {
-        route.refusals.fetch_add(1, Ordering::Relaxed);
+    fn refuse(&self, key: &K, route: &KeyRoute<K>, max_wait: Duration) -> KeyedError<K> {
+        route.extra().refusals.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        route.metrics.refusals.increment(1);
+        route.extra().metrics.refusals.increment(1);
         tracing::warn!(
             key = ?key,
-            share = ?route.share,
+            share = ?route.share(),
             max_wait = ?max_wait,
             "keyed admission refused: no blocking slot freed within the wait bound (not run, safe to retry)"
         );
@@ -447,7 +512,7 @@ impl<K: Key> Keyed<K> {
     pub fn register(&self, key: K, share: usize) -> Result<(), KeyedConfigError<K>> {
         let new_key = key.clone();
         self.publish(&new_key, share, |table, fixed| {
-            table.add_share(Some(fixed), key, share)
+            table.add_share(Some(fixed), key, share, KeyState::new)
         })
     }
 
@@ -467,80 +532,55 @@ impl<K: Key> Keyed<K> {
     pub fn register_alias(&self, alias: K, share: K) -> Result<(), KeyedConfigError<K>> {
         let new_key = alias.clone();
         self.publish(&new_key, 0, |table, fixed| {
-            table.add_alias(Some(fixed), alias, share)
+            table.add_alias(Some(fixed), alias, share, KeyState::new)
         })
     }
 
-    /// Copy-on-write publication under the writer mutex: readers never wait for it. The change
+    /// Copy-on-write publication ([`Routes::publish`]): readers never wait for it. The change
     /// adds `new_key` and `slots` to the sum of shares; both are checked before anything (a
-    /// limiter, metric handles) is created, so a refused registration leaves no trace.
+    /// quota, metric handles) is created, so a refused registration leaves no trace.
     fn publish(
         &self,
         new_key: &K,
         slots: usize,
-        change: impl FnOnce(&mut Table<K>, &Table<K>) -> Result<(), KeyedConfigError<K>>,
+        change: impl FnOnce(&mut KeyTable<K>, &KeyTable<K>) -> Result<(), crate::routes::TableError<K>>,
     ) -> Result<(), KeyedConfigError<K>> {
-        let closed = self.writer.lock();
-        let current = self.added.load_full();
-        if current.find(Some(&self.fixed), new_key).is_some() {
-            return Err(KeyedConfigError::Duplicate {
-                key: new_key.clone(),
-            });
-        }
-        check_fit(
-            self.fixed
-                .total()
-                .saturating_add(current.total())
-                .saturating_add(slots),
-            self.reserved_threads,
-            self.max_blocking_threads,
-        )?;
-        let mut next = Table {
-            routes: current.routes.clone(),
-            order: current.order.clone(),
-            shares: current.shares.clone(),
-        };
-        change(&mut next, &self.fixed)?;
-        if *closed {
-            for route in next.routes.values() {
-                route.limit.close();
+        self.routes.publish(|next, fixed| {
+            if next.contains(Some(fixed), new_key) {
+                return Err(KeyedConfigError::Duplicate {
+                    key: new_key.clone(),
+                });
             }
-        }
-        self.added.store(Arc::new(next));
-        Ok(())
+            check_fit(
+                fixed
+                    .total()
+                    .saturating_add(next.total())
+                    .saturating_add(slots),
+                self.reserved_threads,
+                self.max_blocking_threads,
+            )?;
+            change(next, fixed).map_err(KeyedConfigError::from)
+        })
     }
 
     /// Closes every share: waiting calls and later calls get [`KeyedError::Closed`]; work
     /// already running finishes and frees its slot as usual. Idempotent.
     pub fn close(&self) {
-        let mut closed = self.writer.lock();
-        *closed = true;
-        for route in self.fixed.routes.values() {
-            route.limit.close();
-        }
-        self.added.with(|added| {
-            for route in added.routes.values() {
-                route.limit.close();
-            }
-        });
+        self.routes.close();
     }
 
     /// A snapshot of `key`'s statistics, or `None` for an unregistered key.
     pub fn stats_for(&self, key: &K) -> Option<KeyStats<K>> {
-        self.with_route(key, |route| route.map(|route| route.stats(key)))
+        self.routes
+            .with_route(key, |route| route.map(|route| stats_of(key, route)))
     }
 
     /// A snapshot of every registered key's statistics, in registration order.
     pub fn stats(&self) -> Vec<KeyStats<K>> {
-        self.added.with(|added| {
-            [&self.fixed, added]
+        self.routes.with_tables(|fixed, added| {
+            [fixed, added]
                 .into_iter()
-                .flat_map(|table| {
-                    table
-                        .order
-                        .iter()
-                        .filter_map(|key| table.routes.get(key).map(|route| route.stats(key)))
-                })
+                .flat_map(|table| table.routes().map(|(key, route)| stats_of(key, route)))
                 .collect()
         })
     }
@@ -548,9 +588,9 @@ impl<K: Key> Keyed<K> {
     /// The census: each distinct share key (after aliasing) with its number of slots, in
     /// registration order.
     pub fn shares(&self) -> Vec<(K, usize)> {
-        self.added.with(|added| {
-            let mut shares = self.fixed.shares.clone();
-            shares.extend(added.shares.iter().cloned());
+        self.routes.with_tables(|fixed, added| {
+            let mut shares = fixed.shares().to_vec();
+            shares.extend(added.shares().iter().cloned());
             shares
         })
     }
@@ -558,14 +598,14 @@ impl<K: Key> Keyed<K> {
     /// The sum of all distinct shares. INVARIANT (checked at every registration):
     /// `total_shares() + reserved_threads() <= max_blocking_threads()`.
     pub fn total_shares(&self) -> usize {
-        self.fixed
-            .total()
-            .saturating_add(self.added.with(Table::total))
+        self.routes
+            .with_tables(|fixed, added| fixed.total().saturating_add(added.total()))
     }
 
     /// The share key `key` draws from (itself for a share key), or `None` if unregistered.
     pub fn share_of(&self, key: &K) -> Option<K> {
-        self.with_route(key, |route| route.map(|route| route.share.clone()))
+        self.routes
+            .with_route(key, |route| route.map(|route| route.share().clone()))
     }
 
     /// The share given to keys registered without an explicit size.
@@ -586,16 +626,11 @@ impl<K: Key> Keyed<K> {
 
 impl<K: Key> fmt::Debug for Keyed<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.added.with(|added| {
-            f.debug_struct("Keyed")
-                .field("shares", &self.fixed.shares)
-                .field("keys", &self.fixed.order)
-                .field("added_shares", &added.shares)
-                .field("added_keys", &added.order)
-                .field("max_blocking_threads", &self.max_blocking_threads)
-                .field("reserved_threads", &self.reserved_threads)
-                .finish()
-        })
+        f.debug_struct("Keyed")
+            .field("routes", &self.routes)
+            .field("max_blocking_threads", &self.max_blocking_threads)
+            .field("reserved_threads", &self.reserved_threads)
+            .finish()
     }
 }
 
@@ -618,11 +653,13 @@ fn check_fit<K: fmt::Debug>(
 /// A granted slot of a key's share. Releases it on drop (also during a panic's unwind).
 ///
 /// `Send + 'static`: move it into the work so the slot is held exactly as long as the work
-/// runs, not as long as the caller waits.
+/// runs, not as long as the caller waits. It holds no reference count on the share (the
+/// share's memory lives as long as any of its slots is out, see [`crate::quota`]); with the
+/// `metrics` feature it holds a handle on its key's in-use gauge.
 #[must_use = "dropping the admission releases the slot at once"]
 pub struct Admission {
     /// The share's permit; released when this drops.
-    permit: OwnedPermit,
+    permit: QuotaPermit,
     /// The caller key's in-use gauge, incremented on admission, decremented on drop.
     #[cfg(feature = "metrics")]
     in_use: metrics::Gauge,
@@ -630,13 +667,14 @@ pub struct Admission {
 
 impl Admission {
     #[inline]
-    fn new<K>(permit: OwnedPermit, route: &Route<K>) -> Self {
+    fn new<K>(permit: QuotaPermit, route: &KeyRoute<K>) -> Self {
         #[cfg(feature = "metrics")]
         {
-            route.metrics.in_use.increment(1.0);
+            let in_use = &route.extra().metrics.in_use;
+            in_use.increment(1.0);
             Self {
                 permit,
-                in_use: route.metrics.in_use.clone(),
+                in_use: in_use.clone(),
             }
         }
         #[cfg(not(feature = "metrics"))]
@@ -646,9 +684,14 @@ impl Admission {
         }
     }
 
-    /// The share's limiter this slot belongs to.
-    pub fn limit(&self) -> &Arc<Limit> {
-        self.permit.limit()
+    /// The share's number of slots.
+    pub fn capacity(&self) -> usize {
+        self.permit.quota().capacity()
+    }
+
+    /// Slots of the share in use now, this one included (a snapshot).
+    pub fn in_use(&self) -> usize {
+        self.permit.quota().in_use()
     }
 }
 
@@ -677,11 +720,14 @@ mod metrics_export {
     pub(super) const IN_USE: &str = "slotpool_keyed_in_use";
     /// Name of the per-key counter of refusals.
     pub(super) const REFUSALS: &str = "slotpool_keyed_refusals_total";
+    /// Name of the per-key counter of closures that panicked.
+    pub(super) const PANICS: &str = "slotpool_keyed_panics_total";
 
     /// The handles of one caller key, registered once when the key is.
     pub(super) struct RouteMetrics {
         pub(super) in_use: metrics::Gauge,
         pub(super) refusals: metrics::Counter,
+        pub(super) panics: metrics::Counter,
     }
 
     impl RouteMetrics {
@@ -690,7 +736,8 @@ mod metrics_export {
             let share = label(share);
             Self {
                 in_use: metrics::gauge!(IN_USE, "key" => key.clone(), "share" => share.clone()),
-                refusals: metrics::counter!(REFUSALS, "key" => key, "share" => share),
+                refusals: metrics::counter!(REFUSALS, "key" => key.clone(), "share" => share.clone()),
+                panics: metrics::counter!(PANICS, "key" => key, "share" => share),
             }
         }
     }

@@ -11,7 +11,7 @@ use super::{
     DEFAULT_POOL_SIZE, MAX_SHARDS,
 };
 use crate::error::ConfigError;
-use crate::flight::{Batch, Registry};
+use crate::flight::{Batch, Directory};
 use crate::limit::Limit;
 use crate::pool::reap::nanos as duration_ns;
 use crate::pool::settings::{self, Names, Reap, Settings};
@@ -113,8 +113,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         let base = clock.now();
         let shards = (self.pool_size / 8).clamp(1, MAX_SHARDS);
         let shared = Arc::new(Shared {
-            registry: Registry::new(shards),
-            limit,
+            directory: Directory::new(shards, limit),
             connector: Arc::new(self.connector),
             store: self.store,
             max_idle_ns: duration_ns(self.settings.idle_timeout),

@@ -3,8 +3,9 @@
 
 use std::fmt;
 
-use super::LoopId;
+use super::{LoopId, Stage};
 use crate::error::Reach;
+use crate::panic::Panic;
 use crate::sync::Arc;
 
 /// A connector's or store's error, shared by every caller of one flight.
@@ -89,8 +90,20 @@ pub enum SessionError {
         /// [`Reach::MaybeApplied`]: the loop may have been created and recorded.
         reach: Reach,
     },
-    /// The establishment ended without a result: it was dropped (runtime shutdown) or
-    /// the connector or store panicked.
+    /// The connector or the store panicked during the establishment. The panic was caught
+    /// (and logged); the connection opened so far was closed and the capacity returned.
+    #[error("session {stage} panicked ({reach}): {}", panic.message())]
+    Panicked {
+        /// Which stage's user code panicked.
+        stage: Stage,
+        /// What it said.
+        panic: Panic,
+        /// [`Stage::reach`]: `NotSent` for a connect or a store lookup, `MaybeApplied` from the
+        /// reattach or bootstrap on.
+        reach: Reach,
+    },
+    /// The establishment ended without a result: it was dropped (runtime shutdown) before it
+    /// finished.
     #[error("session establishment aborted ({reach})")]
     Aborted {
         /// `NotSent` if it ended before bootstrap or reattach began.
@@ -114,6 +127,7 @@ impl SessionError {
             | SessionError::Reattach { reach, .. }
             | SessionError::Store { reach, .. }
             | SessionError::Released { reach }
+            | SessionError::Panicked { reach, .. }
             | SessionError::Aborted { reach } => *reach,
         }
     }

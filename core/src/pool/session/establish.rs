@@ -1,17 +1,23 @@
 //! Establishment: the leader's connect, reattach-or-bootstrap and persist, driven inside the
 //! leader's own `acquire` and handed to a task only if that caller is cancelled.
+//!
+//! Every call into the connector and the store goes through [`call`], which catches a panic
+//! in the call and in every poll of the future it returned: a panic becomes
+//! [`SessionError::Panicked`] for the flight's callers (with the reach of the stage it hit),
+//! the connection opened so far is closed, and the permit goes back.
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::task::Poll;
 
 use super::{
-    bump, source, Connector, Live, LoopId, Outcome, SessionContext, SessionError, SessionRecord,
-    SessionStore, Shared, StoreOp,
+    bump, close_contained, source, Connector, Counters, Live, LoopId, Outcome, SessionContext,
+    SessionError, SessionRecord, SessionStore, Shared, Stage, StoreOp,
 };
 use crate::error::Reach;
 use crate::flight::{Flight, Hashed, KeyHash};
 use crate::limit::OwnedPermit;
+use crate::panic::{catch, drop_guarded, report, CatchUnwind, Panic};
 use crate::sync::Arc;
 
 /// How a session's connection was established.
@@ -23,6 +29,27 @@ pub enum Origin {
     Reattached,
     /// Reattaching failed; a new loop was bootstrapped instead.
     BootstrappedAfterReattach,
+}
+
+/// Calls user code that returns a future (`make`) and awaits the future, catching a panic in
+/// the call or in any poll: the panic is counted and logged as `place`'s, and returned; the
+/// panicked future is never polled again.
+pub(super) async fn call<F: Future>(
+    counters: &Counters,
+    place: &'static str,
+    make: impl FnOnce() -> F,
+) -> Result<F::Output, Panic> {
+    let caught = match catch(make) {
+        Ok(future) => {
+            let mut future = pin!(future);
+            CatchUnwind::new(future.as_mut()).await
+        }
+        Err(panic) => Err(panic),
+    };
+    if let Err(panic) = &caught {
+        counters.contained(place, panic);
+    }
+    caught
 }
 
 /// A leader's establishment, owned by its future ([`Drive`]). Its `Drop` ends the flight if the future
@@ -44,6 +71,7 @@ pub(super) struct Lead<C: Connector, S> {
 pub(super) struct Opened<'a, C: Connector> {
     pub(super) conn: Option<C::Conn>,
     pub(super) connector: &'a C,
+    pub(super) counters: &'a Counters,
 }
 
 impl<C: Connector> Opened<'_, C> {
@@ -59,7 +87,7 @@ impl<C: Connector> Opened<'_, C> {
 impl<C: Connector> Drop for Opened<'_, C> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.connector.close(&conn);
+            close_contained(self.connector, self.counters, &conn);
         }
     }
 }
@@ -86,42 +114,55 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
     ) -> Result<(C::Conn, LoopId, Origin), SessionError> {
         let shared = Arc::clone(&self.shared);
         let connector = &*shared.connector;
+        let store = &shared.store;
+        let counters = &*shared.counters;
+        let key = &*self.key;
         let prewarmed = shared.idle.lock().pop();
         let conn = match prewarmed {
             Some(conn) => conn,
             None => {
-                bump(&shared.counters.connects);
-                connector
-                    .connect()
-                    .await
-                    .map_err(|error| SessionError::Connect {
-                        source: source(error),
-                        reach: Reach::NotSent,
-                    })?
+                bump(&counters.connects);
+                call(counters, Stage::Connect.place(), || {
+                    connector.connect_for(key)
+                })
+                .await
+                .map_err(|panic| Stage::Connect.panicked(panic))?
+                .map_err(|error| SessionError::Connect {
+                    source: source(error),
+                    reach: Reach::NotSent,
+                })?
             }
         };
         let opened = Opened {
             conn: Some(conn),
             connector,
+            counters,
         };
         let Some(conn) = opened.get() else {
             unreachable!("`opened` was just built with a connection")
         };
-        let stored =
-            shared
-                .store
-                .loop_id(&self.key)
-                .await
-                .map_err(|error| SessionError::Store {
-                    op: StoreOp::Lookup,
-                    source: source(error),
-                    reach: Reach::NotSent,
-                })?;
+        let stored = call(counters, Stage::Lookup.place(), || store.loop_id(key))
+            .await
+            .map_err(|panic| Stage::Lookup.panicked(panic))?
+            .map_err(|error| SessionError::Store {
+                op: StoreOp::Lookup,
+                source: source(error),
+                reach: Reach::NotSent,
+            })?;
         self.reach = Reach::MaybeApplied;
+        let bootstrap = || connector.bootstrap(conn, key, &ctx);
         let (loop_id, origin) = match stored.filter(LoopId::is_attachable) {
-            Some(stored) => match connector.reattach(conn, &stored).await {
+            Some(stored) => match call(counters, Stage::Reattach.place(), || {
+                connector.reattach(conn, &stored)
+            })
+            .await
+            .map_err(|panic| Stage::Reattach.panicked(panic))?
+            {
                 Ok(()) => (stored, Origin::Reattached),
-                Err(reattach) => match connector.bootstrap(conn, &self.key, &ctx).await {
+                Err(reattach) => match call(counters, Stage::Bootstrap.place(), bootstrap)
+                    .await
+                    .map_err(|panic| Stage::Bootstrap.panicked(panic))?
+                {
                     Ok(fresh) => (fresh, Origin::BootstrappedAfterReattach),
                     Err(bootstrap) => {
                         return Err(SessionError::Reattach {
@@ -133,7 +174,10 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
                     }
                 },
             },
-            None => match connector.bootstrap(conn, &self.key, &ctx).await {
+            None => match call(counters, Stage::Bootstrap.place(), bootstrap)
+                .await
+                .map_err(|panic| Stage::Bootstrap.panicked(panic))?
+            {
                 Ok(fresh) => (fresh, Origin::Bootstrapped),
                 Err(error) => {
                     return Err(SessionError::Bootstrap {
@@ -144,21 +188,23 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
             },
         };
         if origin == Origin::Reattached {
-            if let Err(error) = shared.store.touch(&self.key).await {
-                tracing::warn!(session = %self.key, %error, "session store touch failed");
+            // Advisory: a failed touch is logged; a panicked one is counted and logged by
+            // `call`. Neither fails the establishment.
+            let touched = call(counters, "session store (touch)", || store.touch(key)).await;
+            if let Ok(Err(error)) = touched {
+                tracing::warn!(session = %key, %error, "session store touch failed");
             }
         } else {
             // The context is the establishment's own copy: its strings move into the record.
             let record = SessionRecord {
-                session: String::from(&*self.key),
+                session: String::from(key),
                 loop_id: loop_id.clone(),
                 workspace: ctx.workspace,
                 user: ctx.user,
             };
-            shared
-                .store
-                .save(record)
+            call(counters, Stage::Save.place(), || store.save(record))
                 .await
+                .map_err(|panic| Stage::Save.panicked(panic))?
                 .map_err(|error| SessionError::Store {
                     op: StoreOp::Save,
                     source: source(error),
@@ -182,48 +228,36 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
         let counters = &shared.counters;
         let outcome = match result {
             Ok((conn, loop_id, origin)) => {
-                let now = shared.ns(shared.clock.now());
                 let live = Live::start(
                     conn,
                     Arc::clone(&self.key),
                     loop_id,
                     origin,
-                    now,
+                    shared.now(),
                     self.permit.take(),
                     Arc::clone(&shared.connector),
                     Arc::clone(counters),
                 );
-                match shared
-                    .registry
-                    .install(self.hashed(), &self.flight, Arc::clone(&live))
-                {
-                    Ok(()) => {
-                        shared.queue_reader(&live);
+                // Refused (released or stopped while we worked): the directory retired the
+                // connection, which closed it and returned its permit.
+                let installed = shared.directory.install(self.hashed(), &self.flight, live);
+                match &installed {
+                    Ok(live) => {
+                        shared.queue_reader(live);
                         bump(match origin {
                             Origin::Reattached => &counters.reattaches,
                             Origin::Bootstrapped | Origin::BootstrappedAfterReattach => {
                                 &counters.bootstraps
                             }
                         });
-                        Ok(live)
                     }
-                    Err(live) => {
-                        // Released or stopped while we worked: the connection is ours to close.
-                        live.retire();
-                        bump(&counters.failures);
-                        Err(if shared.registry.is_closed() {
-                            SessionError::Closed
-                        } else {
-                            SessionError::Released {
-                                reach: Reach::MaybeApplied,
-                            }
-                        })
-                    }
+                    Err(_) => bump(&counters.failures),
                 }
+                installed
             }
             Err(error) => {
                 drop(self.permit.take());
-                shared.registry.abandon(self.hashed(), &self.flight);
+                shared.directory.abandon(self.hashed(), &self.flight);
                 bump(&counters.failures);
                 Err(error)
             }
@@ -239,8 +273,12 @@ impl<C: Connector, S: SessionStore> Lead<C, S> {
 /// `Drop` hands the same pinned future to the runtime as a task, so the establishment still
 /// completes, is cached, and reaches the followers: exactly what a spawned-from-the-start
 /// establishment would do, paid for only when a leader is cancelled.
+///
+/// User code inside the establishment is guarded call by call ([`call`]); the driver guards
+/// each poll of the whole as well, so that nothing can unwind through the leader's `acquire`
+/// and leave an establishment that panicked for `Drop` to resume on a runtime worker.
 pub(super) struct Drive<C: Connector> {
-    /// `None` once finished.
+    /// `None` once finished (or once it panicked).
     pub(super) establishment: Option<Pin<Box<dyn Future<Output = Outcome<C>> + Send + 'static>>>,
     /// Where to finish it if the leader goes away.
     pub(super) runtime: tokio::runtime::Handle,
@@ -256,12 +294,23 @@ impl<C: Connector> Future for Drive<C> {
                 reach: Reach::MaybeApplied,
             }));
         };
-        match establishment.as_mut().poll(cx) {
-            Poll::Ready(outcome) => {
+        match catch(|| establishment.as_mut().poll(cx)) {
+            Ok(Poll::Ready(outcome)) => {
                 self.establishment = None;
                 Poll::Ready(outcome)
             }
-            Poll::Pending => Poll::Pending,
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => {
+                // Unreachable through user code (each call is guarded); a panic here is the
+                // pool's own. `Lead`'s drop ran during the unwind: it returned the permit and
+                // failed the flight with `Aborted`, which the leader reports too. The
+                // establishment is never polled (nor spawned) again.
+                report("session establishment", &panic);
+                drop_guarded(self.establishment.take());
+                Poll::Ready(Err(SessionError::Aborted {
+                    reach: Reach::MaybeApplied,
+                }))
+            }
         }
     }
 }
@@ -281,11 +330,11 @@ impl<C: Connector, S> Drop for Lead<C, S> {
         if self.finished {
             return;
         }
-        // Dropped mid-establishment (runtime shutdown) or unwinding from a panic: the open
-        // connection, if any, was closed by `Opened`'s drop already.
+        // Dropped mid-establishment (runtime shutdown) or unwinding from a panic of the pool's
+        // own: the open connection, if any, was closed by `Opened`'s drop already.
         drop(self.permit.take());
         let shared = &self.shared;
-        shared.registry.abandon(self.hashed(), &self.flight);
+        shared.directory.abandon(self.hashed(), &self.flight);
         bump(&shared.counters.failures);
         shared.counters.establishing.decr();
         self.flight

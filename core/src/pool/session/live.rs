@@ -7,9 +7,11 @@ use std::ops::Deref;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::{Connector, Counters, LoopId, Origin, EVENT_BUFFER};
-use crate::flight::UseStamp;
+use super::establish::call;
+use super::{close_contained, Connector, Counters, LoopId, Origin, EVENT_BUFFER};
+use crate::flight::{self, Tenant, UseStamp};
 use crate::limit::OwnedPermit;
+use crate::panic::catch;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 
 /// An established session's connection and what it owns.
@@ -127,33 +129,37 @@ impl<C: Connector> Live<C> {
         owned.reader = Some(reader.abort_handle());
     }
 
+    /// Whether the reader still runs and the connector says the connection is up. A panic of
+    /// the connector's `is_alive` is counted and logged, and the connection taken for dead.
     pub(super) fn is_alive(&self) -> bool {
-        !self.reader_done.load(Ordering::Acquire) && self.connector.is_alive(&self.conn)
+        if self.reader_done.load(Ordering::Acquire) {
+            return false;
+        }
+        match catch(|| self.connector.is_alive(&self.conn)) {
+            Ok(alive) => alive,
+            Err(panic) => {
+                self.counters
+                    .contained("session connector (is_alive)", &panic);
+                false
+            }
+        }
+    }
+}
+
+impl<C: Connector> Tenant for Live<C> {
+    fn stamp(&self) -> &UseStamp {
+        &self.stamp
     }
 
-    /// Retires unconditionally; returns whether this call freed the resources.
-    pub(super) fn retire(&self) -> bool {
-        let won = self.stamp.retire();
-        if won {
-            self.free();
-        }
-        won
-    }
-
-    /// Retires only if idle past `max_idle` at `now`; returns whether this call did.
-    pub(super) fn retire_if_idle(&self, now: u64, max_idle: u64) -> bool {
-        let won = self.stamp.retire_if_idle(now, max_idle);
-        if won {
-            self.free();
-        }
-        won
+    fn is_alive(&self) -> bool {
+        Live::is_alive(self)
     }
 
     /// Closes the connection, stops the reader and returns the capacity (last, so a new
     /// session never overlaps a connection still open). Called once, by the stamp's retirer.
-    pub(super) fn free(&self) {
+    fn free(&self) {
         let owned = std::mem::take(&mut *self.owned.lock());
-        self.connector.close(&self.conn);
+        close_contained(&*self.connector, &self.counters, &self.conn);
         if let Some(reader) = owned.reader {
             reader.abort();
         }
@@ -168,7 +174,7 @@ impl<C: Connector> Drop for Live<C> {
     fn drop(&mut self) {
         // Every path retires a record before letting go of it; this is the safety net for a
         // runtime torn down around a live pool.
-        self.retire();
+        flight::retire(self);
     }
 }
 
@@ -195,7 +201,14 @@ async fn read_events<C: Connector>(live: Arc<Live<C>>) {
     let done = ReaderDone(live);
     let live = &done.0;
     let mut sender: Option<mpsc::Sender<C::Event>> = None;
-    while let Some(event) = live.connector.next_event(&live.conn).await {
+    let connector = &*live.connector;
+    // A panic of `next_event` (counted and logged by `call`) ends the reader like the end of
+    // the stream: the session is dead and is rebuilt on its next acquire.
+    while let Ok(Some(event)) = call(&live.counters, "session connector (next_event)", || {
+        connector.next_event(&live.conn)
+    })
+    .await
+    {
         let events = match &sender {
             Some(events) => events,
             None => {

@@ -14,7 +14,7 @@
 //!    **stale** one (idle past `max_idle_time`) is retired (closed, capacity returned) and
 //!    rebuilt.
 //! 3. Otherwise the caller **claims** the session. Exactly one claimant becomes the leader and
-//!    takes capacity **without waiting** ([`Limit::try_acquire_owned`]); none left is
+//!    takes capacity **without waiting** ([`Limit::try_acquire_owned`](crate::limit::Limit::try_acquire_owned)); none left is
 //!    [`SessionError::Exhausted`]. Everyone else who asks for the session meanwhile joins the
 //!    leader's flight and gets the same connection, or the same error (**single flight**).
 //! 4. The leader **drives** the establishment inside its own `acquire` (no task spawn, no
@@ -59,7 +59,7 @@
 //!
 //! # The map: sharded, read-locked, hashed once
 //!
-//! Sessions live in a [`Registry`]: a power-of-two number of shards,
+//! Sessions live in a [`Directory`]'s registry: a power-of-two number of shards,
 //! each a hash table behind a reader-writer lock, keyed by the session id with its hash stored
 //! beside it. An acquire hashes the id once for all its registry calls. Hot acquires of
 //! different sessions share no lock word unless their shards collide, and hot acquires of one
@@ -104,16 +104,35 @@
 //!
 //! This is the behaviour of an establishment spawned from the start, paid for (one spawn)
 //! only when a leader is actually cancelled. If the establishment is dropped without finishing
-//! (the runtime shut down) or the connector panics, its guard closes any open connection,
-//! returns the permit, removes the flight and fails the waiters with
-//! [`SessionError::Aborted`].
+//! (the runtime shut down), its guard closes any open connection, returns the permit, removes
+//! the flight and fails the waiters with [`SessionError::Aborted`].
+//!
+//! # Panics of user code
+//!
+//! The connector and the store are user code, and may panic. The pool calls each of their
+//! methods, and polls each future they return, inside a guard ([`crate::panic`]), so a panic
+//! never unwinds through the pool, never poisons it and is never resumed:
+//!
+//! * in an establishment (`connect_for`, `loop_id`, `reattach`, `bootstrap`, `save`) it fails
+//!   the flight: every caller gets [`SessionError::Panicked`] with the [`Stage`] it hit and
+//!   its reach (`NotSent` for a connect or a lookup, `MaybeApplied` from the reattach or
+//!   bootstrap on), the connection opened so far is closed, and the permit goes back;
+//! * a store `touch` after a reattach is advisory: the session is still established;
+//! * `is_alive` takes the connection for dead (the session is retired and rebuilt);
+//! * `next_event` ends the event reader, which marks the session dead;
+//! * `close` counts as closed (the capacity is returned as usual);
+//! * prewarming's `connect` ends [`SessionPool::prewarm`] with `Panicked`.
+//!
+//! Each caught panic bumps [`SessionStats::panics`] and logs its message as a `tracing` error
+//! event (the place, never the request's contents).
 //!
 //! # Errors and retry safety
 //!
 //! Each [`SessionError`] says how far the request got ([`Reach`]): a failed connect, a failed
 //! store lookup, `Exhausted` and `Closed` are [`Reach::NotSent`] (nothing happened on the
 //! daemon); a failed bootstrap, a failed save of a new loop id, `Released` and an abort after
-//! bootstrap began are [`Reach::MaybeApplied`] (a loop may exist on the daemon).
+//! bootstrap began are [`Reach::MaybeApplied`] (a loop may exist on the daemon); a
+//! [`SessionError::Panicked`] carries the reach of its [`Stage`].
 //!
 //! # Example
 //!
@@ -176,8 +195,10 @@
 //!
 //! This module owns sessions and the acquire path; `establish.rs` the leader's establishment,
 //! `live.rs` an installed connection and its event reader, `store.rs` the session store,
-//! `error.rs` the errors and `builder.rs` the settings. The claim and retire protocol itself
-//! lives in [`crate::flight`] (executor-agnostic, loom-checked).
+//! `error.rs` the errors and `builder.rs` the settings. Every decision on the map (what an
+//! acquire does with what it finds, who frees a connection, what a leader may install, what a
+//! release, the reaper and `stop` retire) is [`Directory`]'s, in [`crate::flight`]
+//! (executor-agnostic); the loom models drive that same code.
 
 use std::fmt;
 use std::future::Future;
@@ -186,9 +207,10 @@ use std::time::Duration;
 use quanta::Clock;
 use tokio::task::AbortHandle;
 
-use crate::error::{Reach, TryAcquireError};
-use crate::flight::{Batch, Claim, Entry, Flight, Hashed, Registry, Touch};
-use crate::limit::Limit;
+use crate::error::Reach;
+use crate::flight::{self, Batch, Directory, Flight, Hashed, Refusal, Step};
+use crate::limit::OwnedPermit;
+use crate::panic::{catch, report, Panic};
 use crate::pool::reap::nanos as duration_ns;
 use crate::sync::{Arc, Counter, Mutex, Weak};
 
@@ -239,6 +261,18 @@ pub trait Connector: Send + Sync + 'static {
     /// Opens a connection.
     fn connect(&self) -> impl Future<Output = Result<Self::Conn, Self::Error>> + Send;
 
+    /// Opens a connection for `session` (to name it in logs, or route it). The pool calls
+    /// this, not [`Connector::connect`], when it establishes a session; prewarmed connections
+    /// ([`SessionPool::prewarm`]) are opened for no session yet and use `connect`. The
+    /// provided method calls `connect`.
+    fn connect_for(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<Self::Conn, Self::Error>> + Send {
+        let _ = session;
+        self.connect()
+    }
+
     /// Creates a new loop for `session` on the daemon and returns its id.
     fn bootstrap(
         &self,
@@ -263,6 +297,63 @@ pub trait Connector: Send + Sync + 'static {
 
     /// Closes the connection. Called exactly once per opened connection.
     fn close(&self, conn: &Self::Conn);
+}
+
+/// Which part of an establishment ran when user code panicked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// [`Connector::connect_for`] (or `connect`, prewarming): nothing was sent.
+    Connect,
+    /// [`SessionStore::loop_id`]: nothing was sent.
+    Lookup,
+    /// [`Connector::reattach`]: the daemon may have attached.
+    Reattach,
+    /// [`Connector::bootstrap`]: the daemon may have created a loop.
+    Bootstrap,
+    /// [`SessionStore::save`]: a loop exists, its record may or may not.
+    Save,
+}
+
+impl Stage {
+    /// How far a request had got when this stage panicked.
+    pub fn reach(self) -> Reach {
+        match self {
+            Stage::Connect | Stage::Lookup => Reach::NotSent,
+            Stage::Reattach | Stage::Bootstrap | Stage::Save => Reach::MaybeApplied,
+        }
+    }
+
+    /// The error of an establishment whose user code panicked in this stage.
+    fn panicked(self, panic: Panic) -> SessionError {
+        SessionError::Panicked {
+            stage: self,
+            reach: self.reach(),
+            panic,
+        }
+    }
+
+    /// The user code that runs in this stage, for the log.
+    fn place(self) -> &'static str {
+        match self {
+            Stage::Connect => "session connector (connect)",
+            Stage::Lookup => "session store (loop_id)",
+            Stage::Reattach => "session connector (reattach)",
+            Stage::Bootstrap => "session connector (bootstrap)",
+            Stage::Save => "session store (save)",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stage::Connect => "connect",
+            Stage::Lookup => "store lookup",
+            Stage::Reattach => "reattach",
+            Stage::Bootstrap => "bootstrap",
+            Stage::Save => "store save",
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -299,6 +390,8 @@ pub struct SessionStats {
     pub reaped: u64,
     /// Dead or stale sessions retired by an acquire that then rebuilt them.
     pub rebuilt: u64,
+    /// Panics of user code (connector, store) that the pool caught; each is also logged.
+    pub panics: u64,
 }
 
 /// The pool's statistics. Every establishment and release bumps several of them, from
@@ -316,6 +409,7 @@ struct Counters {
     released: Counter,
     reaped: Counter,
     rebuilt: Counter,
+    panics: Counter,
 }
 
 impl Counters {
@@ -331,6 +425,7 @@ impl Counters {
             released: Counter::new(),
             reaped: Counter::new(),
             rebuilt: Counter::new(),
+            panics: Counter::new(),
         }
     }
 }
@@ -371,16 +466,39 @@ fn bump(counter: &Counter) {
     counter.incr();
 }
 
-type Outcome<C> = Result<Arc<Live<C>>, SessionError>;
-type SessionMap<C> = Registry<Arc<str>, Arc<Live<C>>, Outcome<C>>;
+impl Counters {
+    /// Counts and logs a caught panic of user code (`place` names it).
+    fn contained(&self, place: &'static str, panic: &Panic) {
+        bump(&self.panics);
+        report(place, panic);
+    }
+}
+
+type Outcome<C> = flight::Outcome<Live<C>, SessionError>;
+type SessionMap<C> = Directory<Arc<str>, Live<C>, SessionError>;
+
+impl Refusal for SessionError {
+    fn exhausted(capacity: usize) -> Self {
+        SessionError::Exhausted { capacity }
+    }
+
+    fn closed() -> Self {
+        SessionError::Closed
+    }
+
+    fn released() -> Self {
+        SessionError::Released {
+            reach: Reach::MaybeApplied,
+        }
+    }
+}
 
 /// What the pool, its establishments and its reaper share.
 struct Shared<C: Connector, S> {
-    /// Session id → live connection or establishment in flight.
-    registry: SessionMap<C>,
-    /// `pool_size` permits. INVARIANT: every permit out is owned by exactly one establishment
-    /// or one un-retired `Live`.
-    limit: Arc<Limit>,
+    /// Session id → live connection or establishment in flight, and the `pool_size` permits
+    /// (INVARIANT: every permit out is owned by exactly one establishment or one un-retired
+    /// `Live`).
+    directory: SessionMap<C>,
     connector: Arc<C>,
     store: S,
     clock: Clock,
@@ -432,102 +550,90 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         ctx: &SessionContext,
     ) -> Result<Session<C>, SessionError> {
         let shared = &*self.shared;
+        let directory = &shared.directory;
         // Hashed once for every registry call this acquire makes.
-        let key = shared.registry.hashed(session);
+        let key = directory.hashed(session);
         loop {
-            let flight = match shared.registry.get(key) {
-                Some(Entry::Ready(live)) => match shared.check(key, live) {
-                    Some(ready) => return Ok(ready),
-                    None => continue,
-                },
-                Some(Entry::Flying(flight)) => flight,
-                None => {
-                    // An establishment spawns a task (the event reader) and, with connectors
-                    // that answer at once, awaits nothing that yields: spend tokio's coop
-                    // budget here, as tokio's own resources do, so a loop of establishments
-                    // lets the runtime run (or, once released, drop) the readers it spawned
-                    // instead of piling them up. Cancel-safe: nothing is held yet.
-                    tokio::task::coop::consume_budget().await;
-                    // The owned key the claim inserts, kept for the establishment too.
-                    let mut owned = None;
-                    let claim = shared.registry.claim(key, || {
+            let mut step = directory.lookup(key, || shared.now(), shared.max_idle_ns);
+            // The owned key a claim inserts, kept for the establishment too.
+            let mut owned = None;
+            if let Step::Vacant = step {
+                // An establishment spawns a task (the event reader) and, with connectors that
+                // answer at once, awaits nothing that yields: spend tokio's coop budget here,
+                // as tokio's own resources do, so a loop of establishments lets the runtime
+                // run (or, once released, drop) the readers it spawned instead of piling them
+                // up. Cancel-safe: nothing is held yet.
+                tokio::task::coop::consume_budget().await;
+                step = directory.claim(
+                    key,
+                    || shared.now(),
+                    shared.max_idle_ns,
+                    || {
                         let made: Arc<str> = Arc::from(session);
                         owned = Some(Arc::clone(&made));
                         made
-                    });
-                    match claim {
-                        Claim::Ready(live) => match shared.check(key, live) {
-                            Some(ready) => return Ok(ready),
-                            None => continue,
-                        },
-                        Claim::Join(flight) => flight,
-                        Claim::Lead(flight) => {
-                            let owned = owned.unwrap_or_else(|| Arc::from(session));
-                            match self.lead(key, owned, ctx, &flight) {
-                                // Cancel-safe: dropped here, the driver spawns the
-                                // establishment so it still completes (see `Drive`). Its
-                                // outcome is the flight's, so the leader need not wait on it.
-                                Some(establishment) => {
-                                    return establishment.await.map(|live| Session { live })
-                                }
-                                None => flight,
-                            }
-                        }
-                        Claim::Closed => return Err(SessionError::Closed),
+                    },
+                );
+            }
+            let flight = match step {
+                Step::Ready(live) => return Ok(Session { live }),
+                Step::Join(flight) => flight,
+                Step::Vacant => continue,
+                Step::Again { rebuilt } => {
+                    if rebuilt {
+                        bump(&shared.counters.rebuilt);
                     }
+                    continue;
                 }
+                Step::Lead { flight, permit } => {
+                    let owned = owned.unwrap_or_else(|| Arc::from(session));
+                    // Cancel-safe: dropped here, the driver spawns the establishment so it
+                    // still completes (see `Drive`). Its outcome is the flight's, so the
+                    // leader need not wait on it.
+                    let establishment = self.lead(key, owned, ctx, flight, permit)?;
+                    return establishment.await.map(|live| Session { live });
+                }
+                Step::Exhausted => {
+                    bump(&shared.counters.exhausted);
+                    return Err(directory.exhausted());
+                }
+                Step::Closed => return Err(SessionError::Closed),
             };
             // Cancel-safe: dropping here only deregisters this caller's waker.
             return flight.wait().await.map(|live| Session { live });
         }
     }
 
-    /// Takes capacity for a flight this caller leads and returns its establishment for the
-    /// caller to drive, or ends the flight with the reason it cannot start (`None`).
+    /// Returns the establishment of a flight this caller leads, for the caller to drive, or
+    /// ends the flight with the reason it cannot start.
     fn lead(
         &self,
         key: Hashed<'_, str>,
         owned: Arc<str>,
         ctx: &SessionContext,
-        flight: &Arc<Flight<Outcome<C>>>,
-    ) -> Option<Drive<C>> {
+        flight: Arc<Flight<Outcome<C>>>,
+        permit: OwnedPermit,
+    ) -> Result<Drive<C>, SessionError> {
         let shared = &self.shared;
-        let refuse = |error: SessionError| {
-            shared.registry.abandon(key, flight);
-            flight.complete(Err(error));
-        };
-        let permit = match shared.limit.try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(TryAcquireError::NoCapacity) => {
-                bump(&shared.counters.exhausted);
-                refuse(SessionError::Exhausted {
-                    capacity: shared.limit.capacity(),
-                });
-                return None;
-            }
-            Err(TryAcquireError::Closed | TryAcquireError::Unavailable { .. }) => {
-                refuse(SessionError::Closed);
-                return None;
-            }
-        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             drop(permit);
-            refuse(SessionError::NoRuntime);
-            return None;
+            shared.directory.abandon(key, &flight);
+            flight.complete(Err(SessionError::NoRuntime));
+            return Err(SessionError::NoRuntime);
         };
         shared.counters.establishing.incr();
         let lead = Lead {
             shared: Arc::clone(shared),
             key: owned,
             hash: key.hash(),
-            flight: Arc::clone(flight),
+            flight,
             permit: Some(permit),
             reach: Reach::NotSent,
             finished: false,
         };
         // The establishment owns the permit and the flight's completion: it finishes (and
         // cleans up) whatever happens to the caller.
-        Some(Drive {
+        Ok(Drive {
             establishment: Some(Box::pin(lead.run(ctx.clone()))),
             runtime,
         })
@@ -538,30 +644,12 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// established is removed too: its connection is closed when establishment ends, and its
     /// waiters get [`SessionError::Released`]. Returns whether the session was there.
     pub fn release(&self, session: &str) -> bool {
-        let shared = &self.shared;
-        let key = shared.registry.hashed(session);
-        match shared.registry.get(key) {
-            None => return false,
-            Some(Entry::Ready(live)) => {
-                // Retire first, then remove: the capacity is back before the entry leaves
-                // the map. Whoever won the stamp frees it; an acquire that saw `Retired`
-                // may have removed the entry already, which is fine.
-                live.retire();
-                shared.registry.remove_if(
-                    key,
-                    |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
-                );
-            }
-            Some(Entry::Flying(flight)) => {
-                // Its leader finds its entry gone, closes what it built and fails the flight.
-                shared.registry.remove_if(
-                    key,
-                    |entry| matches!(entry, Entry::Flying(f) if Arc::ptr_eq(f, &flight)),
-                );
-            }
+        let directory = &self.shared.directory;
+        let found = directory.release(directory.hashed(session));
+        if found {
+            bump(&self.shared.counters.released);
         }
-        bump(&shared.counters.released);
-        true
+        found
     }
 
     /// The same as [`SessionPool::release`], as in R3: the session's connection is closed and
@@ -576,24 +664,19 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// reaper ends, and every later acquire gets [`SessionError::Closed`]. Idempotent.
     pub fn stop(&self) {
         let shared = &self.shared;
-        shared.limit.close();
         if let Some(reaper) = &self.reaper {
             reaper.abort();
         }
-        for entry in shared.registry.close() {
-            if let Entry::Ready(live) = entry {
-                live.retire();
-            }
-        }
+        shared.directory.close();
         let idle = std::mem::take(&mut *shared.idle.lock());
         for conn in idle {
-            shared.connector.close(&conn);
+            shared.close(&conn);
         }
     }
 
     /// Whether [`SessionPool::stop`] was called.
     pub fn is_stopped(&self) -> bool {
-        self.shared.registry.is_closed()
+        self.shared.directory.is_closed()
     }
 
     /// Retires every session idle past `max_idle_time` at `now` (from the pool's clock) and
@@ -607,14 +690,20 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         &self.shared.clock
     }
 
+    /// The session store the pool was built with (to read or seed records while it runs).
+    pub fn store(&self) -> &S {
+        &self.shared.store
+    }
+
     /// Opens connections until `prewarm` of them wait unassigned; returns how many it opened.
     ///
     /// Cancel-safe: a connection whose connect completed is kept; dropping the future at a
     /// connect drops that connect's future.
     ///
     /// # Errors
-    /// [`SessionError::Connect`] on the first failed connect (those opened before it are
-    /// kept), [`SessionError::Closed`] once stopped.
+    /// [`SessionError::Connect`] on the first failed connect, [`SessionError::Panicked`] on
+    /// the first that panicked (those opened before either are kept), [`SessionError::Closed`]
+    /// once stopped.
     pub async fn prewarm(&self) -> Result<usize, SessionError> {
         let shared = &self.shared;
         let mut opened = 0;
@@ -623,19 +712,21 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 return Err(SessionError::Closed);
             }
             bump(&shared.counters.connects);
-            let conn = shared
-                .connector
-                .connect()
-                .await
-                .map_err(|error| SessionError::Connect {
-                    source: source(error),
-                    reach: Reach::NotSent,
-                })?;
+            let connector = &*shared.connector;
+            let conn = establish::call(&shared.counters, Stage::Connect.place(), || {
+                connector.connect()
+            })
+            .await
+            .map_err(|panic| Stage::Connect.panicked(panic))?
+            .map_err(|error| SessionError::Connect {
+                source: source(error),
+                reach: Reach::NotSent,
+            })?;
             opened += 1;
             let mut idle = shared.idle.lock();
             if self.is_stopped() || idle.len() >= shared.prewarm {
                 drop(idle);
-                shared.connector.close(&conn);
+                shared.close(&conn);
             } else {
                 idle.push(conn);
             }
@@ -647,9 +738,10 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     pub fn stats(&self) -> SessionStats {
         let shared = &self.shared;
         let counters = &shared.counters;
+        let limit = shared.directory.limit();
         SessionStats {
-            capacity: shared.limit.capacity(),
-            in_use: shared.limit.in_use(),
+            capacity: limit.capacity(),
+            in_use: limit.in_use(),
             active: counters.active.get(),
             establishing: counters.establishing.get(),
             idle: shared.idle.lock().len(),
@@ -661,6 +753,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
             released: counters.released.get(),
             reaped: counters.reaped.get(),
             rebuilt: counters.rebuilt.get(),
+            panics: counters.panics.get(),
         }
     }
 }
@@ -686,53 +779,28 @@ impl<C: Connector, S> Shared<C, S> {
         duration_ns(at.saturating_duration_since(self.base))
     }
 
-    /// The hot path's check of an installed connection: returns it if it is alive and fresh
-    /// (refreshing its stamp), otherwise retires it, removes it and returns `None`.
+    /// Nanoseconds from the base instant to now, on the pool's clock.
     #[inline]
-    fn check(&self, key: Hashed<'_, str>, live: Arc<Live<C>>) -> Option<Session<C>> {
-        let now = self.ns(self.clock.now());
-        let alive = live.is_alive();
-        match live.stamp.touch(now, self.max_idle_ns) {
-            Touch::Fresh if alive => return Some(Session { live }),
-            Touch::Fresh => {
-                if live.retire() {
-                    bump(&self.counters.rebuilt);
-                }
-            }
-            Touch::Stale => {
-                // Loses to a concurrent touch (then the next lookup finds it fresh again).
-                if live.retire_if_idle(now, self.max_idle_ns) {
-                    bump(&self.counters.rebuilt);
-                }
-            }
-            Touch::Retired => {}
-        }
-        if live.stamp.is_retired() {
-            self.registry.remove_if(
-                key,
-                |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
-            );
-        }
-        None
+    fn now(&self) -> u64 {
+        self.ns(self.clock.now())
+    }
+
+    /// Closes a connection that no session owns, containing a panic of the connector.
+    fn close(&self, conn: &C::Conn) {
+        close_contained(&*self.connector, &self.counters, conn);
     }
 
     fn reap(&self, now: quanta::Instant) -> usize {
-        let now = self.ns(now);
-        let mut reaped = 0;
-        for (key, live) in self.registry.ready() {
-            let retired_here = live.retire_if_idle(now, self.max_idle_ns);
-            if retired_here || live.stamp.is_retired() {
-                self.registry.remove_if(
-                    self.registry.hashed(&*key),
-                    |entry| matches!(entry, Entry::Ready(l) if Arc::ptr_eq(l, &live)),
-                );
-            }
-            if retired_here {
-                reaped += 1;
-            }
-        }
+        let reaped = self.directory.reap(self.ns(now), self.max_idle_ns);
         self.counters.reaped.add(reaped as u64);
         reaped
+    }
+}
+
+/// `connector.close(conn)`, with a panic counted and logged rather than unwound.
+fn close_contained<C: Connector>(connector: &C, counters: &Counters, conn: &C::Conn) {
+    if let Err(panic) = catch(|| connector.close(conn)) {
+        counters.contained("session connector (close)", &panic);
     }
 }
 

@@ -26,6 +26,28 @@ pub trait SessionStore: Send + Sync + 'static {
     fn touch(&self, session: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
+/// A shared store: the pool holds one handle, the application others (to read records, seed
+/// them, or remove one to force a fresh bootstrap). [`SessionPool::store`](super::SessionPool::store)
+/// reaches the pool's own handle too.
+impl<S: SessionStore> SessionStore for Arc<S> {
+    type Error = S::Error;
+
+    fn loop_id(
+        &self,
+        session: &str,
+    ) -> impl Future<Output = Result<Option<LoopId>, Self::Error>> + Send {
+        (**self).loop_id(session)
+    }
+
+    fn save(&self, record: SessionRecord) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).save(record)
+    }
+
+    fn touch(&self, session: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        (**self).touch(session)
+    }
+}
+
 /// Who the session is for: passed to [`Connector::bootstrap`](super::Connector::bootstrap) and saved in the record.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SessionContext {

@@ -59,14 +59,17 @@
 //! or is woken: no lost wake-up. This mutex is only ever taken by callers that are waiting for
 //! an establishment anyway (milliseconds of network), never on the read path.
 //!
-//! # Use stamps and batches
+//! # Use stamps, the directory and batches
 //!
-//! Two smaller protocols serve the session pool beside the registry: a [`UseStamp`] decides
-//! "fresh, stale or retired" with one word (`stamp.rs`), and a [`Batch`] hands items to one bulk
-//! task at a time (`batch.rs`); each type's documentation tells its protocol.
+//! Three smaller protocols serve the session pool beside the registry: a [`UseStamp`] decides
+//! "fresh, stale or retired" with one word (`stamp.rs`); a [`Directory`] makes every decision
+//! of the pool's acquire, release, reap and stop on a registry of stamped values and the
+//! limit their capacity comes from (`directory.rs`); and a [`Batch`] hands items to one bulk
+//! task at a time (`batch.rs`). Each type's documentation tells its protocol.
 //!
-//! This module owns the maps and flights, `stamp.rs` the stamps, `batch.rs` the batches; none
-//! frees capacity or closes connections itself (their callers do, after winning a stamp).
+//! This module owns the maps and flights, `stamp.rs` the stamps, `directory.rs` the decisions
+//! on them, `batch.rs` the batches. None closes a connection itself: a directory frees a value
+//! through its [`Tenant::free`], called once by whoever won the value's stamp.
 //!
 
 use std::borrow::Borrow;
@@ -81,9 +84,11 @@ use hashbrown::HashTable;
 use crate::sync::{trace_transition, Arc, AtomicBool, CachePadded, Mutex, Ordering, RwLock};
 
 mod batch;
+mod directory;
 mod stamp;
 
 pub use batch::Batch;
+pub use directory::{retire, retire_if_idle, Directory, Outcome, Refusal, Step, Tenant};
 pub use stamp::{Touch, UseStamp};
 
 /// The hasher of keys (randomly keyed per registry, so callers that choose keys can aim them

@@ -1,0 +1,63 @@
+//! Panics the tests inject into user code on purpose: a marker that keeps them quiet, and a
+//! record of every panic message seen in the process (to check that none the pool should have
+//! prevented happened).
+
+use std::sync::{Mutex, Once, OnceLock};
+
+/// Every injected panic message carries this marker; the hook does not print those.
+pub const INJECTED: &str = "(injected)";
+
+fn seen() -> &'static Mutex<Vec<String>> {
+    static SEEN: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    SEEN.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Installs (once per test process) a panic hook that records every panic's message and
+/// prints those that are not injected, as the default hook would.
+pub fn watch_panics() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let injected = message.contains(INJECTED);
+            seen()
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(message);
+            if !injected {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// How many panics seen so far (in any test of this process) said something containing `text`.
+pub fn panics_saying(text: &str) -> usize {
+    seen()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .filter(|message| message.contains(text))
+        .count()
+}
+
+/// Panics with `what` and the marker (the injected panic of a fake).
+pub fn inject(what: &str) -> ! {
+    watch_panics();
+    panic!("{what} exploded {INJECTED}")
+}
+
+/// Keeps `tracing` from caching "nobody listens" for a callsite that another test's thread
+/// registers first. While only one dispatcher exists, tracing-core decides a new callsite's
+/// interest from the registering thread's default alone, so a storm test's worker (no
+/// subscriber) can switch off an event that this thread's log capture waits for. A second
+/// dispatcher, held for the test, makes it ask every dispatcher (and re-asks at once).
+pub fn listen_across_threads() -> tracing::Dispatch {
+    tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default())
+}
