@@ -71,7 +71,7 @@ use tokio::runtime::Handle;
 
 use crate::channel::{ChannelConnector, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
-use crate::exclusive::{Checkout, ExclusiveSlots, Lease, MAX_STAMP};
+use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, MAX_STAMP};
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
@@ -370,10 +370,21 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
 
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
+        let clients = self.slots.reap(|_| true).into_iter().map(|(pooled, _)| pooled);
+        self.dispose(clients);
+    }
+
+    /// Drops clients the pool does not keep (closed or over its bound), releasing their
+    /// channels now. A client's destructor is user code: a panic in it is contained.
+    fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>) {
         let now = self.clock.now();
-        for (pooled, _) in self.slots.reap(|_| true) {
-            drop(pooled.client);
-            pooled.channel.release_last_used(now);
+        for pooled in clients {
+            let Pooled {
+                client, channel, ..
+            } = pooled;
+            crate::panic::drop_guarded(client);
+            channel.release_last_used(now);
+            self.counters.discards.incr();
         }
     }
 
@@ -690,9 +701,8 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientGuard<C, F> {
 
     fn discard_parts(lease: Lease, pooled: Pooled<C, F>) {
         let anchor = Arc::clone(&pooled.anchor);
-        drop(pooled);
+        anchor.shared.dispose([pooled]);
         anchor.shared.slots.retire(lease);
-        anchor.shared.counters.discards.incr();
     }
 }
 
@@ -718,18 +728,17 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
         let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) else {
             return;
         };
-        if pooled.anchor.shared.slots.is_closed() {
-            Self::discard_parts(lease, pooled);
-            return;
-        }
         // Our own count for the check-in: once the client is back in its cell, a `close`
         // may drop it (and its anchor) while the table release still runs (see `Anchor`).
         let anchor = Arc::clone(&pooled.anchor);
         let shared = &anchor.shared;
         let stamp = shared.release_stamp();
-        if !shared.slots.check_in(lease, pooled, stamp) {
-            // Closed while we returned it: take it back out (module docs, Lifetimes).
-            shared.drain_closed();
+        match shared.slots.check_in(lease, pooled, stamp) {
+            CheckIn::Kept => {}
+            // Closed (or over the bound) before or while we returned it: the clients that
+            // came back are dropped here (module docs, Lifetimes).
+            CheckIn::Surplus(pooled) => shared.dispose([pooled]),
+            CheckIn::Trimmed(clients) => shared.dispose(clients),
         }
     }
 }
