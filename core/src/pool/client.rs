@@ -40,7 +40,11 @@
 //!
 //! Acquiring never sends a request: every [`ClientError`] is [`Reach::NotSent`] and safe to
 //! retry. A failed [`ClientFactory::make`] frees the slot (and the channel share) before the
-//! error is returned.
+//! error is returned. The factory and the channel connector are user code: a panic in either
+//! (in `make` itself or while its future is polled, or in `connect_lazy`) is caught where the
+//! pool calls it, logged once, and becomes [`ClientError::Panicked`] or
+//! [`ClientError::Channel`] for the caller that ran it; the slot and the channel share are
+//! freed as for a failed build, and the pool carries on.
 //!
 //! # Lifetimes
 //!
@@ -69,9 +73,10 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::channel::{ChannelConnector, ChannelGuard, ChannelPool};
+use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, MAX_STAMP};
+use crate::panic::{catch, report, CatchUnwind, Panic};
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
@@ -111,6 +116,14 @@ pub enum ClientError<E: std::error::Error + 'static> {
         #[source]
         source: E,
     },
+    /// The factory panicked building a client (the panic was caught and logged); its slot and
+    /// channel share were freed.
+    #[error("the client factory {0}")]
+    Panicked(Panic),
+    /// No channel to build the client on (the channel connector panicked); the slot was
+    /// freed.
+    #[error("no channel for a new client: {0}")]
+    Channel(#[source] ChannelError),
 }
 
 impl<E: std::error::Error + 'static> ClientError<E> {
@@ -139,7 +152,8 @@ pub struct ClientStats {
     pub waits: u64,
     /// Clients built.
     pub created: u64,
-    /// Builds that failed.
+    /// Builds that failed (the factory's errors and panics, and channels that could not be
+    /// opened).
     pub make_failures: u64,
     /// Clients discarded by their guard (or returned to a closed pool).
     pub discards: u64,
@@ -370,7 +384,11 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
 
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
-        let clients = self.slots.reap(|_| true).into_iter().map(|(pooled, _)| pooled);
+        let clients = self
+            .slots
+            .reap(|_| true)
+            .into_iter()
+            .map(|(pooled, _)| pooled);
         self.dispose(clients);
     }
 
@@ -424,9 +442,20 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
         };
         // Declared after `building`, so dropped before it: the channel share goes first,
         // then the slot.
-        let channel = ChannelPool::get(&self.channels);
-        match self.factory.make(channel.channel()).await {
-            Ok(client) => {
+        let channel = match ChannelPool::get(&self.channels) {
+            Ok(channel) => channel,
+            Err(error) => {
+                drop(building);
+                self.counters.make_failures.incr();
+                return Err(ClientError::Channel(error));
+            }
+        };
+        let made = match catch(|| self.factory.make(channel.channel())) {
+            Ok(make) => CatchUnwind::new(std::pin::pin!(make)).await,
+            Err(panic) => Err(panic),
+        };
+        match made {
+            Ok(Ok(client)) => {
                 let lease = building.defuse();
                 self.slots.occupy(&lease);
                 self.counters.created.incr();
@@ -447,12 +476,19 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
                     },
                 ))
             }
-            Err(source) => {
+            Ok(Err(source)) => {
                 drop(channel);
                 drop(building);
                 self.counters.make_failures.incr();
                 tracing::warn!(error = %source, "building a client failed");
                 Err(ClientError::Make { source })
+            }
+            Err(panic) => {
+                drop(channel);
+                drop(building);
+                self.counters.make_failures.incr();
+                report("client factory", &panic);
+                Err(ClientError::Panicked(panic))
             }
         }
     }
