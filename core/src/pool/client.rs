@@ -75,12 +75,13 @@ use tokio::runtime::Handle;
 
 use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
-use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, MAX_STAMP};
+use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
 use crate::panic::{catch, report, CatchUnwind, Panic};
+use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
-use crate::sync::{Arc, AtomicU64, CachePadded, Counter, Ordering};
+use crate::sync::{Arc, CachePadded, Counter};
 
 /// Builds a client on a channel.
 pub trait ClientFactory<Ch>: Send + Sync + 'static {
@@ -208,27 +209,20 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             other => other,
         })?;
         let runtime = Handle::try_current().ok();
-        let staleness = self
-            .settings
-            .reap_interval(runtime.as_ref())?
-            .map_or(0, nanos);
+        let reap_interval = self.settings.reap_interval(runtime.as_ref())?;
         let clock = self.settings.clock_or(|| self.channels.clock().clone());
-        let base = clock.now();
         let shared = Arc::new(ClientShared {
             slots,
             channels: self.channels,
             factory: self.factory,
-            clock,
-            base,
+            time: RecentClock::new(clock, reap_interval),
             idle_timeout: self.settings.idle_timeout,
-            recent: AtomicU64::new(0),
-            staleness,
             counters: Counters::default(),
         });
         let reaper = self
             .settings
             .start_reaper(runtime.as_ref(), &shared, |shared| {
-                shared.reap(shared.clock.now());
+                shared.reap(shared.time.clock.now());
             })?;
         Ok(Arc::new(ClientPool { shared, reaper }))
     }
@@ -326,17 +320,10 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     slots: ExclusiveSlots<Pooled<C, F>>,
     channels: Arc<ChannelPool<C>>,
     factory: F,
-    clock: quanta::Clock,
-    /// Time zero of the idle words' nanosecond stamps.
-    base: quanta::Instant,
+    /// The clock, the stamps' time zero and the recent time returns are stamped with
+    /// (module docs, "Idle time").
+    time: RecentClock,
     idle_timeout: Duration,
-    /// The time of the last reap pass (nanoseconds since `base`): a floor for release
-    /// stamps, which read no clock (module docs, "Idle time").
-    recent: AtomicU64,
-    /// How stale a release stamp can be (nanoseconds): the background reap interval, or
-    /// zero without a background reaper. Added to the idle timeout, so nothing is reaped
-    /// early.
-    staleness: u64,
     counters: Counters,
 }
 
@@ -362,26 +349,6 @@ impl Default for Counters {
 }
 
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
-    fn stamp(&self, at: quanta::Instant) -> u64 {
-        nanos(at.saturating_duration_since(self.base)).min(MAX_STAMP)
-    }
-
-    /// A release stamp without a clock read: the later of the clock's cheap `recent()`
-    /// (a mock clock's time, or quanta's upkeep time; before `base` without upkeep) and the
-    /// last reap pass.
-    #[inline]
-    fn release_stamp(&self) -> u64 {
-        let recent = self.recent.load(Ordering::Relaxed);
-        self.stamp(self.clock.recent()).max(recent)
-    }
-
-    /// The instant a stamp stands for, at its latest (stamp plus staleness), capped at
-    /// `now_ns`.
-    fn idle_since(&self, stamp: u64, now_ns: u64) -> quanta::Instant {
-        let latest = stamp.saturating_add(self.staleness).min(now_ns);
-        self.base + Duration::from_nanos(latest)
-    }
-
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
         let clients = self
@@ -395,7 +362,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     /// Drops clients the pool does not keep (closed or over its bound), releasing their
     /// channels now. A client's destructor is user code: a panic in it is contained.
     fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>) {
-        let now = self.clock.now();
+        let now = self.time.clock.now();
         for pooled in clients {
             let Pooled {
                 client, channel, ..
@@ -513,10 +480,10 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     }
 
     fn reap(&self, now: quanta::Instant) -> usize {
-        let now_ns = self.stamp(now);
+        let now_ns = self.time.stamp(now);
         // Releases from now on are stamped at least `now`.
-        self.recent.fetch_max(now_ns, Ordering::Relaxed);
-        let timeout = nanos(self.idle_timeout).saturating_add(self.staleness);
+        self.time.passed(now_ns);
+        let timeout = nanos(self.idle_timeout).saturating_add(self.time.staleness);
         let reaped = self
             .slots
             .reap(|stamp| now_ns.saturating_sub(stamp) >= timeout);
@@ -527,7 +494,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
             } = pooled;
             drop(client);
             // The channel was last used when the client was: nested reaping (module docs).
-            channel.release_last_used(self.idle_since(stamp, now_ns));
+            channel.release_last_used(self.time.latest(stamp, now_ns));
         }
         if count > 0 {
             self.counters.reaps.add(count as u64);
@@ -768,7 +735,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
         // may drop it (and its anchor) while the table release still runs (see `Anchor`).
         let anchor = Arc::clone(&pooled.anchor);
         let shared = &anchor.shared;
-        let stamp = shared.release_stamp();
+        let stamp = shared.time.recent();
         match shared.slots.check_in(lease, pooled, stamp) {
             CheckIn::Kept => {}
             // Closed (or over the bound) before or while we returned it: the clients that

@@ -3,7 +3,7 @@
 //! bounded by a live count that can be resized at run time, and reaped through a Dekker
 //! handshake on an idle word.
 //!
-//! [`crate::client::ClientPool`] (and the managed pool) stand on this protocol; it
+//! [`crate::client::ClientPool`] and [`crate::managed::Pool`] stand on this protocol; it
 //! imports no pool, reads no clock (stamps are the caller's numbers) and runs on plain
 //! `Waker`s, so the loom models in `slotpool-loom-tests` (`channel_client.rs`, `managed.rs`)
 //! check this very code.
@@ -415,11 +415,12 @@ struct Bound {
     size: AtomicUsize,
 }
 
-/// The exclusive-value protocol the [`ClientPool`] is built on: a slot table with
-/// `max_load = 1` plus a cell per slot and a resizable live count. See the
+/// The exclusive-value protocol the [`ClientPool`] and the managed [`Pool`] are built on: a
+/// slot table with `max_load = 1` plus a cell per slot and a resizable live count. See the
 /// [module documentation](self). Executor-free, so loom checks it directly.
 ///
 /// [`ClientPool`]: crate::client::ClientPool
+/// [`Pool`]: crate::managed::Pool
 pub struct ExclusiveSlots<T> {
     table: SlotTable<ExclusiveCell<T>>,
     bound: CachePadded<Bound>,
