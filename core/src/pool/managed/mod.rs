@@ -146,7 +146,7 @@ pub use manager::{
 pub use object::Object;
 pub use stats::{Stats, Status};
 
-use contain::Contained;
+use contain::{within, Contained};
 use create::Creating;
 use manager::{run_hooks, Hooks};
 use stats::Counters;
@@ -317,11 +317,11 @@ impl<M: Manager> Pool<M> {
     pub async fn get_timeout(&self, timeout: Duration) -> Result<Object<M>, PoolError<M::Error>> {
         let step = AtomicUsize::new(0);
         let get = self.shared().get(None, true, Track(Some(&step)));
-        match tokio::time::timeout(timeout, get).await {
+        match within(Some(timeout), get).await {
             Ok(result) => result,
-            Err(_) => Err(PoolError::Timeout {
+            Err(after) => Err(PoolError::Timeout {
                 step: Track::step(&step),
-                after: timeout,
+                after,
             }),
         }
     }
@@ -412,7 +412,7 @@ impl<M: Manager> Pool<M> {
         let c = &shared.counters;
         Stats {
             status: shared.status(),
-            gets: shared.slots.counts().checkouts,
+            checkouts: shared.slots.counts().checkouts,
             waits: c.waits.get(),
             created: c.created.get(),
             created_off_caller: c.created_off_caller.get(),
@@ -505,20 +505,13 @@ impl<M: Manager> Shared<M> {
         timeout: Option<Duration>,
     ) -> Result<Checkout<Pooled<M>>, PoolError<M::Error>> {
         self.counters.waits.incr();
-        let wait = self.slots.checkout();
-        let checkout = match timeout {
-            None => wait.await,
-            Some(after) => match tokio::time::timeout(after, wait).await {
-                Ok(checkout) => checkout,
-                Err(_) => {
-                    return Err(PoolError::Timeout {
-                        step: Step::Wait,
-                        after,
-                    })
-                }
-            },
-        };
-        checkout.map_err(|_| PoolError::Closed)
+        match within(timeout, self.slots.checkout()).await {
+            Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
+            Err(after) => Err(PoolError::Timeout {
+                step: Step::Wait,
+                after,
+            }),
+        }
     }
 
     /// Hands out an idle object: checks its age and recycles it as the policy says.
@@ -595,15 +588,12 @@ impl<M: Manager> Shared<M> {
                 // The first poll inline; the timer only for a recycle that has to wait.
                 match poll_fn(|cx| Poll::Ready(recycle.as_mut().poll(cx))).await {
                     Poll::Ready(done) => done,
-                    Poll::Pending => match self.config.recycle_timeout {
-                        None => recycle.await,
-                        Some(after) => match tokio::time::timeout(after, recycle).await {
-                            Ok(done) => done,
-                            Err(_) => {
-                                tracing::warn!(?after, "recycle timed out; object dropped");
-                                return Err(None);
-                            }
-                        },
+                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
+                        Ok(done) => done,
+                        Err(after) => {
+                            tracing::warn!(?after, "recycle timed out; object dropped");
+                            return Err(None);
+                        }
                     },
                 }
             }
