@@ -105,5 +105,8 @@ async fn managed_checkout_and_return_allocate_nothing() {
         }
     });
     assert_eq!(n, 0, "allocations on the managed checkout/return path");
-    assert_eq!(f.ledger.recycles.load(std::sync::atomic::Ordering::SeqCst), 1_000);
+    assert_eq!(
+        f.ledger.recycles.load(std::sync::atomic::Ordering::SeqCst),
+        1_000
+    );
 }
