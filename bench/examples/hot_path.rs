@@ -10,6 +10,8 @@
 //! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
 //! `keyed` and `keyed-reference` run `keyed/uncontended` (admit over R2's 19 aliased families,
 //! then release) for slotpool's `Keyed` and R2's design, and print their wall time per round;
+//! `managed` and `managed-deadpool` the same rounds for `slotpool::managed::Pool` and deadpool's
+//! managed pool, each over a no-op manager with 16 objects created before timing;
 //! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
 //! `acquire().await` loop) also print their wall time per round, to separate the atomic path
 //! from the future. The timed rounds run inside [`timed`], so
@@ -133,6 +135,14 @@ fn main() {
                 timed(|| rt.block_on(keyed_cases::reference_admit_release(&reference, 0, rounds)));
             println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
         }
+        "managed" => {
+            let pool = managed::slotpool(&rt);
+            timed(|| rt.block_on(managed::slotpool_rounds(&pool, rounds)));
+        }
+        "managed-deadpool" => {
+            let pool = managed::deadpool(&rt);
+            timed(|| rt.block_on(managed::deadpool_rounds(&pool, rounds)));
+        }
         other => panic!("unknown path `{other}` (see the module docs)"),
     }
 }
@@ -141,4 +151,85 @@ fn main() {
 #[inline(never)]
 fn timed<R>(run: impl FnOnce() -> R) -> R {
     std::hint::black_box(run())
+}
+
+/// The `managed` paths: no-op managers for slotpool's and deadpool's managed pools.
+mod managed {
+    use std::convert::Infallible;
+    use std::hint::black_box;
+
+    use slotpool_bench::cases::client::CLIENTS;
+    use slotpool_bench::fixtures::Trivial;
+    use tokio::runtime::Runtime;
+
+    /// Creates trivial objects; recycling accepts them (the trait's default).
+    pub struct Noop;
+
+    impl slotpool::managed::Manager for Noop {
+        type Type = Trivial;
+        type Error = Infallible;
+        async fn create(&self) -> Result<Trivial, Infallible> {
+            Ok(Trivial(0))
+        }
+    }
+
+    impl deadpool::managed::Manager for Noop {
+        type Type = Trivial;
+        type Error = Infallible;
+        async fn create(&self) -> Result<Trivial, Infallible> {
+            Ok(Trivial(0))
+        }
+        async fn recycle(
+            &self,
+            _: &mut Trivial,
+            _: &deadpool::managed::Metrics,
+        ) -> deadpool::managed::RecycleResult<Infallible> {
+            Ok(())
+        }
+    }
+
+    pub fn slotpool(rt: &Runtime) -> slotpool::managed::Pool<Noop> {
+        rt.block_on(async {
+            let pool = slotpool::managed::Pool::builder(Noop)
+                .max_size(CLIENTS)
+                .reap_interval(None)
+                .build()
+                .expect("valid bench configuration");
+            let mut held = Vec::new();
+            for _ in 0..CLIENTS {
+                held.push(pool.get().await.expect("room while prewarming"));
+            }
+            drop(held);
+            pool
+        })
+    }
+
+    pub fn deadpool(rt: &Runtime) -> deadpool::managed::Pool<Noop> {
+        rt.block_on(async {
+            let pool = deadpool::managed::Pool::builder(Noop)
+                .max_size(CLIENTS)
+                .build()
+                .expect("valid bench configuration");
+            let mut held = Vec::new();
+            for _ in 0..CLIENTS {
+                held.push(pool.get().await.expect("room while prewarming"));
+            }
+            drop(held);
+            pool
+        })
+    }
+
+    pub async fn slotpool_rounds(pool: &slotpool::managed::Pool<Noop>, rounds: u64) {
+        for _ in 0..rounds {
+            let object = pool.get().await.expect("the pool is open");
+            black_box(&object.0);
+        }
+    }
+
+    pub async fn deadpool_rounds(pool: &deadpool::managed::Pool<Noop>, rounds: u64) {
+        for _ in 0..rounds {
+            let object = pool.get().await.expect("the pool is open");
+            black_box(&object.0);
+        }
+    }
 }

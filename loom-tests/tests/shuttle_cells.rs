@@ -179,7 +179,7 @@ fn exclusive_cells_with_a_reaper() {
                         continue;
                     }
                     shadow.put_back(value);
-                    assert!(slots.check_in(lease, value, shadow.stamp()));
+                    assert!(slots.check_in(lease, value, shadow.stamp()).is_kept());
                 }
             }
         };
