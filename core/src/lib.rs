@@ -20,13 +20,14 @@
 //! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps and growth |
 //! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path |
 //! | protocol | `protocol/limit.rs` | [`limit`]: a counting limiter (semaphore) on the gate |
-//! | protocol | `protocol/exclusive.rs` | [`exclusive`]: slots of load 0 or 1 that own one value each, and the reaper's handshake |
+//! | protocol | `protocol/exclusive.rs` | [`exclusive`]: slots of load 0 or 1 that own one value each, a resizable live count, hand-overs to waiters, and the reaper's handshake |
 //! | protocol | `protocol/shared.rs` | [`shared`]: slots whose load counts the holders of one shared value, and its share word |
 //! | protocol | `protocol/flight/` | [`flight`]: single-flight registry (`mod.rs`), use stamps (`stamp.rs`), batches (`batch.rs`) |
 //! | protocol | `protocol/breaker.rs` | [`breaker`]: a consecutive-failure circuit breaker with one half-open probe |
 //! | pool | `pool/settings.rs` | the settings every pool shares (idle timeout, reaping, clock, breaker) and their setters |
 //! | pool | `pool/reap.rs` | the background reaper task every pool runs around its plain `reap(now)` |
 //! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, `driver.rs` a stream's task and routing, `builder.rs` |
+//! | pool | `pool/managed/` | [`managed`]: the general object pool for deadpool and bb8 users (`Manager`, `Pool`, `Object`). `mod.rs` the get path and the protocol told once, `create.rs` creation (finished off a cancelled caller), `object.rs`, `builder.rs`, `manager.rs` the trait and hooks, `maintain.rs` reaping and `min_idle`, `stats.rs`, `error.rs`, `contain.rs` guarded user futures, `time.rs` return stamps without a clock read |
 //! | pool | `pool/channel.rs` | [`channel`]: shared lazy channels (R1), on the shared cell |
 //! | pool | `pool/client.rs` | [`client`]: exclusive clients over channels (R1), on the exclusive cell |
 //! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission, `route.rs` the key tables, `builder.rs`, `error.rs` |
@@ -49,7 +50,7 @@ mod pool;
 pub use protocol::{breaker, exclusive, flight, gate, limit, shared, slots};
 
 #[cfg(not(slotpool_loom))]
-pub use pool::{channel, client, keyed, session, stream};
+pub use pool::{channel, client, keyed, managed, session, stream};
 
 #[cfg(all(feature = "metrics", not(slotpool_loom)))]
 pub use integration::metrics;

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::channel::{channel_pool, Factory, Fixture, Lazy, IDLE};
+use common::channel::{channel_pool, steered_channel_pool, Factory, Fixture, Lazy, IDLE};
 use common::{build_error, join_all, settle, spawn_with};
-use slotpool::channel::{ChannelPool, ChannelPoolBuilder};
+use slotpool::channel::{ChannelError, ChannelPool, ChannelPoolBuilder};
 use slotpool::client::{ClientError, ClientPool, ClientPoolBuilder};
 use slotpool::{ConfigError, Reach};
 
@@ -24,7 +24,7 @@ use slotpool::{ConfigError, Reach};
 #[test]
 fn channels_fill_lowest_first_and_open_lazily_when_full() {
     let (_time, pool, live) = channel_pool(2);
-    let guards: Vec<_> = (0..5).map(|_| pool.get()).collect();
+    let guards: Vec<_> = (0..5).map(|_| pool.get().unwrap()).collect();
     let ids: Vec<u64> = guards.iter().map(|g| g.id()).collect();
     assert_eq!(
         ids,
@@ -42,10 +42,10 @@ fn channels_fill_lowest_first_and_open_lazily_when_full() {
     // Free one unit on channel 0 and one on channel 1: the next get takes channel 0.
     drop(guards.remove(2));
     drop(guards.remove(0));
-    assert_eq!(pool.get().id(), 0);
-    let again = pool.get();
+    assert_eq!(pool.get().unwrap().id(), 0);
+    let again = pool.get().unwrap();
     assert_eq!(again.id(), 0);
-    assert_eq!(pool.get().id(), 1);
+    assert_eq!(pool.get().unwrap().id(), 1);
     assert_eq!(pool.stats().opened, 3, "no new channel while one has room");
 }
 
@@ -53,8 +53,8 @@ fn channels_fill_lowest_first_and_open_lazily_when_full() {
 #[test]
 fn idle_channels_are_reaped_and_held_ones_are_not() {
     let (time, pool, live) = channel_pool(1);
-    let held = pool.get();
-    let idle = pool.get();
+    let held = pool.get().unwrap();
+    let idle = pool.get().unwrap();
     assert_eq!((held.id(), idle.id()), (0, 1));
     drop(idle);
     time.advance(IDLE - Duration::from_millis(5));
@@ -72,7 +72,7 @@ fn idle_channels_are_reaped_and_held_ones_are_not() {
     time.advance(IDLE * 10);
     assert_eq!(pool.reap(time.now()), 0);
     // A reaped slot is reused for the next new channel.
-    let next = pool.get();
+    let next = pool.get().unwrap();
     assert_eq!(next.id(), 1);
     assert_eq!(pool.stats().opened, 3);
     drop((held, next));
@@ -85,9 +85,9 @@ fn idle_channels_are_reaped_and_held_ones_are_not() {
 #[test]
 fn a_channel_used_since_it_went_idle_is_not_reaped() {
     let (time, pool, _live) = channel_pool(1);
-    drop(pool.get());
+    drop(pool.get().unwrap());
     time.advance(IDLE * 2);
-    let taken = pool.get();
+    let taken = pool.get().unwrap();
     assert_eq!(taken.id(), 0, "the old channel is reused");
     assert_eq!(pool.reap(time.now()), 0, "held: never reaped");
     drop(taken);
@@ -435,26 +435,107 @@ async fn client_config_errors_are_typed() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// User code that panics
+// ---------------------------------------------------------------------------------------------
+
+/// A connector that panics is contained: the get that ran it gets `ChannelError::Panicked`
+/// (nothing sent), the slot it was opening is reused at once (before, the panic unwound
+/// through the pool and left the slot claimed for good), and no second panic follows.
+#[test]
+fn a_panicking_channel_connector_is_contained() {
+    let (_, pool, live, panics) = steered_channel_pool(2);
+    panics.next.store(1, Ordering::SeqCst);
+    let error = pool.get().unwrap_err();
+    let ChannelError::Panicked(panic) = &error;
+    assert_eq!(panic.message(), "connect_lazy panics");
+    assert!(error.reach().retry_is_safe());
+    assert_eq!(pool.stats().panics, 1);
+    assert_eq!(pool.stats().channels, 0, "nothing was opened");
+    let guard = pool.get().unwrap();
+    assert_eq!(guard.id(), 0, "the slot of the panicked connect is reused");
+    assert_eq!(live.load(Ordering::SeqCst), 1);
+}
+
+/// A client factory that panics, in the call or while its future is polled, is contained:
+/// `ClientError::Panicked` for that caller, the slot and its channel share freed (a pool of
+/// one client is not dead), and a connector panic under it is `ClientError::Channel`.
+#[tokio::test]
+async fn a_panicking_client_factory_is_contained() {
+    let f = Fixture::new(4, Some(1));
+    // No channel yet: the first build connects one, and the connector panics.
+    f.connector_panics.next.store(1, Ordering::SeqCst);
+    let error = f.clients.acquire().await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::Channel(ChannelError::Panicked(_))),
+        "{error}"
+    );
+    f.knobs.panics.next.store(1, Ordering::SeqCst);
+    let error = f.clients.acquire().await.unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Panicked(panic) if panic.message() == "make panics"),
+        "{error}"
+    );
+    assert!(error.reach().retry_is_safe());
+    f.knobs.panic_in_call.store(true, Ordering::SeqCst);
+    let error = f.clients.acquire().await.unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Panicked(panic) if panic.message().contains("before")),
+        "{error}"
+    );
+    let (clients, channels) = (f.clients.stats(), f.channels.stats());
+    assert_eq!(
+        (clients.clients, clients.make_failures),
+        (0, 3),
+        "{clients:?}"
+    );
+    assert_eq!(channels.clients, 0, "every channel share was released");
+    let guard = f.clients.acquire().await.unwrap();
+    assert_eq!(guard.uses, 0, "the one-client pool builds again");
+    drop(guard);
+    f.time.advance(IDLE * 2);
+    let now = f.time.now();
+    f.clients.reap(now);
+    f.channels.reap(now);
+    f.assert_all_reaped();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Concurrency
 // ---------------------------------------------------------------------------------------------
 
 /// 32 tasks on 4 workers hammer a pool of 8 clients over channels of 3, with discards and
-/// reaps racing them: no client is ever used by two tasks at once, `max_clients` is never
-/// overshot, and at the end the books balance exactly and everything can be reaped.
+/// reaps racing them, and the factory and the channel connector panicking now and then: no
+/// client is ever used by two tasks at once, `max_clients` is never overshot, every panic
+/// reaches exactly the caller that ran it, and at the end the books balance exactly and
+/// everything can be reaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
     const TASKS: usize = 32;
     const ROUNDS: usize = 300;
     const MAX: usize = 8;
     let f = Fixture::new(3, Some(MAX));
+    f.knobs.panics.every.store(7, Ordering::SeqCst);
+    f.connector_panics.every.store(5, Ordering::SeqCst);
     let peak = Arc::new(AtomicUsize::new(0));
     let in_use = Arc::new(AtomicUsize::new(0));
+    let panicked = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for task in 0..TASKS {
-        let (peak, in_use) = (Arc::clone(&peak), Arc::clone(&in_use));
+        let (peak, in_use, panicked) = (
+            Arc::clone(&peak),
+            Arc::clone(&in_use),
+            Arc::clone(&panicked),
+        );
         handles.push(spawn_with(&f.clients, move |clients| async move {
             for round in 0..ROUNDS {
-                let mut guard = clients.acquire().await.unwrap();
+                let mut guard = match clients.acquire().await {
+                    Ok(guard) => guard,
+                    Err(ClientError::Panicked(_) | ClientError::Channel(_)) => {
+                        panicked.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    Err(other) => panic!("unexpected {other}"),
+                };
                 let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(now, Ordering::SeqCst);
                 assert!(
@@ -492,7 +573,10 @@ async fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
     let stats = f.clients.stats();
     assert_eq!((stats.in_use, stats.waiting), (0, 0), "{stats:?}");
     assert!(stats.clients <= MAX);
-    assert_eq!(stats.acquires, (TASKS * ROUNDS) as u64);
+    let panicked = panicked.load(Ordering::SeqCst) as u64;
+    assert!(panicked > 0, "the storm had no panics");
+    assert_eq!(stats.make_failures, panicked, "{stats:?}");
+    assert_eq!(stats.acquires, (TASKS * ROUNDS) as u64 - panicked);
     // Every client built is live, discarded or reaped, exactly once.
     assert_eq!(
         stats.created,

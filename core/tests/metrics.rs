@@ -120,7 +120,7 @@ fn exporter_follows_the_pool_and_ends_with_it() {
             let exporter = spawn_exporter("lazy", Duration::from_secs(10), move || {
                 weak.upgrade().map(|pool| pool.stats())
             });
-            let guards: Vec<_> = (0..3).map(|_| channels.get()).collect();
+            let guards: Vec<_> = (0..3).map(|_| channels.get().unwrap()).collect();
             tokio::time::sleep(Duration::from_secs(11)).await;
             assert_eq!(capture.gauge("slotpool_channel_clients{pool=lazy}"), 3.0);
             assert_eq!(capture.counter("slotpool_channel_gets_total{pool=lazy}"), 3);

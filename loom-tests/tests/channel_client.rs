@@ -16,7 +16,7 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::exclusive::{CellState, Checkout, ExclusiveSlots};
+use slotpool::exclusive::{CellState, CheckIn, Checkout, ExclusiveSlots};
 use slotpool::shared::{Joined, ShareState, SharedSlots};
 use slotpool::{Capacity, TryAcquireError};
 
@@ -27,7 +27,7 @@ fn one_idle_client(value: u32) -> ExclusiveSlots<u32> {
         panic!("an empty table claims");
     };
     slots.occupy(&lease);
-    assert!(slots.check_in(lease, value, 0));
+    assert!(matches!(slots.check_in(lease, value, 0), CheckIn::Kept));
     assert_eq!(slots.state(0), Some(CellState::Idle));
     slots
 }
@@ -45,7 +45,7 @@ fn client_reap_vs_acquire() {
             thread::spawn(move || match slots.try_checkout() {
                 Ok(Checkout::Idle { lease, value }) => {
                     assert_eq!(slots.state(0), Some(CellState::Busy));
-                    assert!(slots.check_in(lease, value, 1));
+                    assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
                     Some(value)
                 }
                 Ok(Checkout::Vacant { lease }) => {
@@ -89,7 +89,7 @@ fn released_client_is_never_handed_to_two_callers() {
                 "two holders at once"
             );
             holders.fetch_sub(1, Ordering::SeqCst);
-            assert!(slots.check_in(lease, value, stamp));
+            assert!(matches!(slots.check_in(lease, value, stamp), CheckIn::Kept));
         };
         let other = {
             let (slots, holders) = (Arc::clone(&slots), Arc::clone(&holders));
@@ -118,7 +118,9 @@ fn client_reap_vs_check_in() {
         };
         let holder = {
             let slots = Arc::clone(&slots);
-            thread::spawn(move || assert!(slots.check_in(lease, value + 1, 5)))
+            thread::spawn(move || {
+                assert!(matches!(slots.check_in(lease, value + 1, 5), CheckIn::Kept));
+            })
         };
         let reaped = slots.reap(|stamp| stamp == 0);
         holder.join().unwrap();
@@ -128,15 +130,16 @@ fn client_reap_vs_check_in() {
             panic!("the returned client is idle");
         };
         assert_eq!(value, 8);
-        assert!(slots.check_in(lease, value, 6));
+        assert!(matches!(slots.check_in(lease, value, 6), CheckIn::Kept));
         // Now expired by the predicate: the next pass takes it.
         assert_eq!(slots.reap(|stamp| stamp == 6).len(), 1);
     });
 }
 
 /// `close` racing a check-in: the returned value never stays stranded in the closed table.
-/// Either close's pass takes it, or the check-in reports the close and the caller's closing
-/// pass takes it.
+/// Either the check-in sees the close first and hands the value back (`Surplus`), or close's
+/// pass takes it, or the check-in sees the close after its release and runs the closing pass
+/// itself (`Trimmed`).
 #[test]
 fn close_vs_check_in_strands_nothing() {
     loom::model(|| {
@@ -146,12 +149,10 @@ fn close_vs_check_in_strands_nothing() {
         };
         let holder = {
             let slots = Arc::clone(&slots);
-            thread::spawn(move || {
-                if slots.check_in(lease, value, 1) {
-                    0
-                } else {
-                    slots.reap(|_| true).len()
-                }
+            thread::spawn(move || match slots.check_in(lease, value, 1) {
+                CheckIn::Kept => 0,
+                CheckIn::Surplus(_) => 1,
+                CheckIn::Trimmed(values) => values.len(),
             })
         };
         slots.close();
@@ -163,6 +164,7 @@ fn close_vs_check_in_strands_nothing() {
             "the client was lost or reaped twice"
         );
         assert_eq!(slots.counts().live, 0);
+        assert_eq!(slots.live(), 0, "the live count is exact");
     });
 }
 

@@ -28,6 +28,13 @@
 //! so after a client reap, a channel reap at the same instant closes the channels that only
 //! idle clients were using: **nested reaping** needs no second wait.
 //!
+//! # Failure model
+//!
+//! [`ChannelConnector::connect_lazy`] is user code. A panic in it is caught where the pool
+//! calls it and logged once; the slot it was opening is abandoned (reused by the next get),
+//! the panic is counted ([`ChannelStats::panics`]), and the caller gets
+//! [`ChannelError::Panicked`]. Nothing was sent: a retry is safe.
+//!
 //! # Lifetimes
 //!
 //! Guards hold an `Arc` of the pool's shared state (not of the [`ChannelPool`] handle), and the
@@ -43,7 +50,8 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, Reach};
+use crate::panic::{catch, report, Panic};
 use crate::pool::settings::{self, Names, Settings};
 use crate::shared::{Joined, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
 use crate::sync::{Arc, Counter};
@@ -59,6 +67,22 @@ pub trait ChannelConnector: Send + Sync + 'static {
     fn connect_lazy(&self, id: u64) -> Self::Channel;
 }
 
+/// Why [`ChannelPool::get`] returned no channel. Nothing was sent ([`ChannelError::reach`]):
+/// a retry is safe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelError {
+    /// The connector panicked creating a channel (caught and logged; its slot was freed).
+    #[error("the channel connector {0}")]
+    Panicked(Panic),
+}
+
+impl ChannelError {
+    /// Always [`Reach::NotSent`]: getting a channel sends nothing.
+    pub fn reach(&self) -> Reach {
+        Reach::NotSent
+    }
+}
+
 /// A snapshot of a [`ChannelPool`]'s state and counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChannelStats {
@@ -72,6 +96,8 @@ pub struct ChannelStats {
     pub opened: u64,
     /// Channels closed by the reaper.
     pub reaps: u64,
+    /// Connector calls that panicked.
+    pub panics: u64,
 }
 
 /// Builder for a [`ChannelPool`]; see [`ChannelPool::builder`].
@@ -161,7 +187,7 @@ impl<C> fmt::Debug for ChannelPoolBuilder<C> {
 ///     fn connect_lazy(&self, id: u64) -> u64 { id }
 /// }
 ///
-/// # fn main() -> Result<(), slotpool::ConfigError> {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let (clock, mock) = quanta::Clock::mock();
 /// let pool = ChannelPool::builder(Lazy)
 ///     .max_clients_per_channel(2)
@@ -169,7 +195,7 @@ impl<C> fmt::Debug for ChannelPoolBuilder<C> {
 ///     .reap_interval(None)
 ///     .clock(clock.clone())
 ///     .build()?;
-/// let (a, b, c) = (pool.get(), pool.get(), pool.get());
+/// let (a, b, c) = (pool.get()?, pool.get()?, pool.get()?);
 /// assert_eq!((a.id(), b.id(), c.id()), (0, 0, 1)); // channel 0 is full, so 1 opens
 /// drop((a, b, c));
 /// mock.increment(Duration::from_secs(61));
@@ -199,6 +225,7 @@ struct Counters {
     gets: Counter,
     opened: Counter,
     reaps: Counter,
+    panics: Counter,
 }
 
 impl Default for Counters {
@@ -207,6 +234,7 @@ impl Default for Counters {
             gets: Counter::new(),
             opened: Counter::new(),
             reaps: Counter::new(),
+            panics: Counter::new(),
         }
     }
 }
@@ -253,26 +281,38 @@ impl<C: ChannelConnector> ChannelPool<C> {
 
     /// Counts one client on the lowest-id channel with room, or on a new lazily connected
     /// channel when all are full. Never waits and takes no lock.
-    pub fn get(self: &Arc<Self>) -> ChannelGuard<C> {
+    ///
+    /// # Errors
+    /// [`ChannelError::Panicked`] if a new channel was needed and the connector panicked
+    /// (its slot is freed; the next get tries again).
+    pub fn get(self: &Arc<Self>) -> Result<ChannelGuard<C>, ChannelError> {
         Self::get_shared(&self.shared)
     }
 
-    fn get_shared(shared: &Arc<ChannelShared<C>>) -> ChannelGuard<C> {
+    fn get_shared(shared: &Arc<ChannelShared<C>>) -> Result<ChannelGuard<C>, ChannelError> {
         let share = match shared.slots.join() {
             Joined::Shared(share) => share,
             Joined::Vacant(lease) => {
                 let id = lease.index() as u64;
-                let channel = shared.connector.connect_lazy(id);
+                let channel = match catch(|| shared.connector.connect_lazy(id)) {
+                    Ok(channel) => channel,
+                    Err(panic) => {
+                        shared.slots.abandon(lease);
+                        shared.counters.panics.incr();
+                        report("channel connector", &panic);
+                        return Err(ChannelError::Panicked(panic));
+                    }
+                };
                 shared.counters.opened.incr();
                 tracing::debug!(channel = id, "channel opened (lazy)");
                 shared.slots.open(lease, channel)
             }
         };
         shared.counters.gets.incr();
-        ChannelGuard {
+        Ok(ChannelGuard {
             shared: Arc::clone(shared),
             share: Some(share),
-        }
+        })
     }
 
     /// One reaper pass at `now` on the pool's clock: closes (drops) every channel that has
@@ -292,6 +332,7 @@ impl<C: ChannelConnector> ChannelPool<C> {
             gets: c.gets.get(),
             opened: c.opened.get(),
             reaps: c.reaps.get(),
+            panics: c.panics.get(),
         }
     }
 

@@ -40,7 +40,11 @@
 //!
 //! Acquiring never sends a request: every [`ClientError`] is [`Reach::NotSent`] and safe to
 //! retry. A failed [`ClientFactory::make`] frees the slot (and the channel share) before the
-//! error is returned.
+//! error is returned. The factory and the channel connector are user code: a panic in either
+//! (in `make` itself or while its future is polled, or in `connect_lazy`) is caught where the
+//! pool calls it, logged once, and becomes [`ClientError::Panicked`] or
+//! [`ClientError::Channel`] for the caller that ran it; the slot and the channel share are
+//! freed as for a failed build, and the pool carries on.
 //!
 //! # Lifetimes
 //!
@@ -69,13 +73,15 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::channel::{ChannelConnector, ChannelGuard, ChannelPool};
+use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
-use crate::exclusive::{Checkout, ExclusiveSlots, Lease, MAX_STAMP};
+use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
+use crate::panic::{catch, report, CatchUnwind, Panic};
+use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
-use crate::sync::{Arc, AtomicU64, CachePadded, Counter, Ordering};
+use crate::sync::{Arc, CachePadded, Counter};
 
 /// Builds a client on a channel.
 pub trait ClientFactory<Ch>: Send + Sync + 'static {
@@ -111,6 +117,14 @@ pub enum ClientError<E: std::error::Error + 'static> {
         #[source]
         source: E,
     },
+    /// The factory panicked building a client (the panic was caught and logged); its slot and
+    /// channel share were freed.
+    #[error("the client factory {0}")]
+    Panicked(Panic),
+    /// No channel to build the client on (the channel connector panicked); the slot was
+    /// freed.
+    #[error("no channel for a new client: {0}")]
+    Channel(#[source] ChannelError),
 }
 
 impl<E: std::error::Error + 'static> ClientError<E> {
@@ -139,7 +153,8 @@ pub struct ClientStats {
     pub waits: u64,
     /// Clients built.
     pub created: u64,
-    /// Builds that failed.
+    /// Builds that failed (the factory's errors and panics, and channels that could not be
+    /// opened).
     pub make_failures: u64,
     /// Clients discarded by their guard (or returned to a closed pool).
     pub discards: u64,
@@ -194,27 +209,20 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             other => other,
         })?;
         let runtime = Handle::try_current().ok();
-        let staleness = self
-            .settings
-            .reap_interval(runtime.as_ref())?
-            .map_or(0, nanos);
+        let reap_interval = self.settings.reap_interval(runtime.as_ref())?;
         let clock = self.settings.clock_or(|| self.channels.clock().clone());
-        let base = clock.now();
         let shared = Arc::new(ClientShared {
             slots,
             channels: self.channels,
             factory: self.factory,
-            clock,
-            base,
+            time: RecentClock::new(clock, reap_interval),
             idle_timeout: self.settings.idle_timeout,
-            recent: AtomicU64::new(0),
-            staleness,
             counters: Counters::default(),
         });
         let reaper = self
             .settings
             .start_reaper(runtime.as_ref(), &shared, |shared| {
-                shared.reap(shared.clock.now());
+                shared.reap(shared.time.clock.now());
             })?;
         Ok(Arc::new(ClientPool { shared, reaper }))
     }
@@ -312,17 +320,10 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     slots: ExclusiveSlots<Pooled<C, F>>,
     channels: Arc<ChannelPool<C>>,
     factory: F,
-    clock: quanta::Clock,
-    /// Time zero of the idle words' nanosecond stamps.
-    base: quanta::Instant,
+    /// The clock, the stamps' time zero and the recent time returns are stamped with
+    /// (module docs, "Idle time").
+    time: RecentClock,
     idle_timeout: Duration,
-    /// The time of the last reap pass (nanoseconds since `base`): a floor for release
-    /// stamps, which read no clock (module docs, "Idle time").
-    recent: AtomicU64,
-    /// How stale a release stamp can be (nanoseconds): the background reap interval, or
-    /// zero without a background reaper. Added to the idle timeout, so nothing is reaped
-    /// early.
-    staleness: u64,
     counters: Counters,
 }
 
@@ -348,32 +349,27 @@ impl Default for Counters {
 }
 
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
-    fn stamp(&self, at: quanta::Instant) -> u64 {
-        nanos(at.saturating_duration_since(self.base)).min(MAX_STAMP)
-    }
-
-    /// A release stamp without a clock read: the later of the clock's cheap `recent()`
-    /// (a mock clock's time, or quanta's upkeep time; before `base` without upkeep) and the
-    /// last reap pass.
-    #[inline]
-    fn release_stamp(&self) -> u64 {
-        let recent = self.recent.load(Ordering::Relaxed);
-        self.stamp(self.clock.recent()).max(recent)
-    }
-
-    /// The instant a stamp stands for, at its latest (stamp plus staleness), capped at
-    /// `now_ns`.
-    fn idle_since(&self, stamp: u64, now_ns: u64) -> quanta::Instant {
-        let latest = stamp.saturating_add(self.staleness).min(now_ns);
-        self.base + Duration::from_nanos(latest)
-    }
-
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
-        let now = self.clock.now();
-        for (pooled, _) in self.slots.reap(|_| true) {
-            drop(pooled.client);
-            pooled.channel.release_last_used(now);
+        let clients = self
+            .slots
+            .reap(|_| true)
+            .into_iter()
+            .map(|(pooled, _)| pooled);
+        self.dispose(clients);
+    }
+
+    /// Drops clients the pool does not keep (closed or over its bound), releasing their
+    /// channels now. A client's destructor is user code: a panic in it is contained.
+    fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>) {
+        let now = self.time.clock.now();
+        for pooled in clients {
+            let Pooled {
+                client, channel, ..
+            } = pooled;
+            crate::panic::drop_guarded(client);
+            channel.release_last_used(now);
+            self.counters.discards.incr();
         }
     }
 
@@ -413,9 +409,20 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
         };
         // Declared after `building`, so dropped before it: the channel share goes first,
         // then the slot.
-        let channel = ChannelPool::get(&self.channels);
-        match self.factory.make(channel.channel()).await {
-            Ok(client) => {
+        let channel = match ChannelPool::get(&self.channels) {
+            Ok(channel) => channel,
+            Err(error) => {
+                drop(building);
+                self.counters.make_failures.incr();
+                return Err(ClientError::Channel(error));
+            }
+        };
+        let made = match catch(|| self.factory.make(channel.channel())) {
+            Ok(make) => CatchUnwind::new(std::pin::pin!(make)).await,
+            Err(panic) => Err(panic),
+        };
+        match made {
+            Ok(Ok(client)) => {
                 let lease = building.defuse();
                 self.slots.occupy(&lease);
                 self.counters.created.incr();
@@ -436,12 +443,19 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
                     },
                 ))
             }
-            Err(source) => {
+            Ok(Err(source)) => {
                 drop(channel);
                 drop(building);
                 self.counters.make_failures.incr();
                 tracing::warn!(error = %source, "building a client failed");
                 Err(ClientError::Make { source })
+            }
+            Err(panic) => {
+                drop(channel);
+                drop(building);
+                self.counters.make_failures.incr();
+                report("client factory", &panic);
+                Err(ClientError::Panicked(panic))
             }
         }
     }
@@ -466,10 +480,10 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     }
 
     fn reap(&self, now: quanta::Instant) -> usize {
-        let now_ns = self.stamp(now);
+        let now_ns = self.time.stamp(now);
         // Releases from now on are stamped at least `now`.
-        self.recent.fetch_max(now_ns, Ordering::Relaxed);
-        let timeout = nanos(self.idle_timeout).saturating_add(self.staleness);
+        self.time.passed(now_ns);
+        let timeout = nanos(self.idle_timeout).saturating_add(self.time.staleness);
         let reaped = self
             .slots
             .reap(|stamp| now_ns.saturating_sub(stamp) >= timeout);
@@ -480,7 +494,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
             } = pooled;
             drop(client);
             // The channel was last used when the client was: nested reaping (module docs).
-            channel.release_last_used(self.idle_since(stamp, now_ns));
+            channel.release_last_used(self.time.latest(stamp, now_ns));
         }
         if count > 0 {
             self.counters.reaps.add(count as u64);
@@ -690,9 +704,8 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientGuard<C, F> {
 
     fn discard_parts(lease: Lease, pooled: Pooled<C, F>) {
         let anchor = Arc::clone(&pooled.anchor);
-        drop(pooled);
+        anchor.shared.dispose([pooled]);
         anchor.shared.slots.retire(lease);
-        anchor.shared.counters.discards.incr();
     }
 }
 
@@ -718,18 +731,17 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
         let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) else {
             return;
         };
-        if pooled.anchor.shared.slots.is_closed() {
-            Self::discard_parts(lease, pooled);
-            return;
-        }
         // Our own count for the check-in: once the client is back in its cell, a `close`
         // may drop it (and its anchor) while the table release still runs (see `Anchor`).
         let anchor = Arc::clone(&pooled.anchor);
         let shared = &anchor.shared;
-        let stamp = shared.release_stamp();
-        if !shared.slots.check_in(lease, pooled, stamp) {
-            // Closed while we returned it: take it back out (module docs, Lifetimes).
-            shared.drain_closed();
+        let stamp = shared.time.recent();
+        match shared.slots.check_in(lease, pooled, stamp) {
+            CheckIn::Kept => {}
+            // Closed (or over the bound) before or while we returned it: the clients that
+            // came back are dropped here (module docs, Lifetimes).
+            CheckIn::Surplus(pooled) => shared.dispose([pooled]),
+            CheckIn::Trimmed(clients) => shared.dispose(clients),
         }
     }
 }

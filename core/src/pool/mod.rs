@@ -5,6 +5,7 @@
 pub mod channel;
 pub mod client;
 pub mod keyed;
+pub mod managed;
 pub(crate) mod reap;
 pub mod session;
 pub(crate) mod settings;

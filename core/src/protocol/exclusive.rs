@@ -1,39 +1,74 @@
 //! The exclusive cell: slots whose load is 0 or 1, each holding one value (a client, a
-//! connection) that exactly one holder owns at a time, reused lowest index first and reaped
-//! through a Dekker handshake on an idle word.
+//! database connection) that exactly one holder owns at a time, reused lowest index first,
+//! bounded by a live count that can be resized at run time, and reaped through a Dekker
+//! handshake on an idle word.
 //!
-//! [`crate::client::ClientPool`] stands on this protocol; it imports no pool.
+//! [`crate::client::ClientPool`] and [`crate::managed::Pool`] stand on this protocol; it
+//! imports no pool, reads no clock (stamps are the caller's numbers) and runs on plain
+//! `Waker`s, so the loom models in `slotpool-loom-tests` (`channel_client.rs`, `managed.rs`)
+//! check this very code.
 //!
-//! # How: the slot word owns the client
+//! # The parts
 //!
-//! The words below say "client" for the value, as in [`crate::client::ClientPool`], the pool
-//! this protocol was built for. Clients live in a [`SlotTable`] with `max_load = 1` (bounded
-//! by `max_clients`, or unbounded). **The slot word is the truth about who owns a client**: load 1 while a guard
-//! (or a builder) owns it, load 0 while it sits idle in the slot. The table finds the
-//! **lowest-index** idle client (one bitmap load, one CAS) or claims the lowest Empty slot for
-//! a new one; since new clients take the lowest channel with room, low client slots sit on
-//! low channels, and reusing low slots first lets high slots (and their channels) go idle and
-//! be reaped. Waiting for a slot is the table's gate: a release with nobody waiting takes no
-//! lock.
+//! * A [`SlotTable`] with `max_load = 1` that grows by segments. **The slot word is the truth
+//!   about who owns a value**: load 1 while a holder (a guard, or a builder) owns it, load 0
+//!   while it sits idle in the slot. The table finds the **lowest-index** idle value (one
+//!   bitmap load, one CAS), so hot values stay hot and high slots go idle and are reaped.
+//!   Its room hints are **lazy** (`SlotTable::with_lazy_room_hints`): a checkout leaves the
+//!   slot's room bit set and a return finds it set, so neither touches the bitmap unless a
+//!   caller tripped over the stale bit in between (the slot table's module docs tell why no
+//!   waiter can miss a release that way).
+//! * The **bound**, one cache line with two words: `live`, the values that exist (claimed
+//!   for building, built, idle or in use, until retired), and `size`, the most that may.
+//!   Opening a new slot first takes a unit of `live` with a CAS below `size`; retiring a
+//!   slot gives it back. Checkouts and returns of existing values never write it.
+//! * Next to each slot (on the slot's own cache line, which the table's CAS has just brought
+//!   to the owner's core) an [`ExclusiveCell`] holds the idle value in an `UnsafeCell`
+//!   (**whoever holds the slot's unit of load has exclusive access to it**: the checked CAS
+//!   `load < 1` admits one holder at a time, and every hand-over is a `SeqCst` RMW on the
+//!   slot word, so each holder's writes happen before the next holder's reads), the **idle
+//!   word** (`stamp << 2 | state`, for the reaper's handshake below), the value's birth stamp
+//!   (for lifetime caps) and the slot's checkout count (bumped by the holder with a plain
+//!   load and store).
 //!
-//! Next to each slot (on the slot's own cache line, which the table's CAS has just brought to
-//! the owner's core) an [`ExclusiveCell`] holds
+//! # Checkout
 //!
-//! * the idle client, in an `UnsafeCell`: **whoever holds the slot's unit of load has
-//!   exclusive access to it** (the checked CAS `load < 1` admits one holder at a time, and
-//!   every hand-over is a `SeqCst` RMW on the slot word, so each holder's writes happen before
-//!   the next holder's reads);
-//! * the **idle word** (`stamp << 2 | state`), written by a returning guard with one plain
-//!   store and *only read* by an acquirer. It exists for the reaper alone, which is the one
-//!   party that takes a client without holding a unit; the slot table offers no "retire this
-//!   slot if it is still idle" step that would let it do so through the slot word (see
-//!   "Reaping" below);
-//! * the slot's checkout count, bumped by the owner with a plain load and store (only the
-//!   owner writes it), summed by [`ExclusiveSlots::counts`].
+//! **Fast path** ([`ExclusiveSlots::try_checkout`], and the first poll of
+//! [`ExclusiveSlots::checkout`]): join the lowest slot whose room bit is set (the table's one
+//! CAS), then load the idle word on the same line: `Idle` means the value is ours to take.
+//! No other read-modify-write, no lock.
 //!
-//! So an acquire of an idle client is the table's CAS plus one load of the idle word on the
-//! same line; a release is one store on that line plus the table's release. No lock, no other
-//! read-modify-write, and no clock read (see "Idle time").
+//! **No idle value**: take a unit of `live` (CAS `live < size`), then reserve in the table,
+//! which claims the lowest Empty slot (or grows) and answers [`Checkout::Vacant`]: the
+//! caller builds a value and calls [`ExclusiveSlots::occupy`] (or [`ExclusiveSlots::retire`]
+//! on failure). Should the reservation join a value returned meanwhile instead, the unit of
+//! `live` goes back.
+//!
+//! **Waiting** (`live == size` and nothing idle): the table's gate, FIFO. A return that finds
+//! waiters **hands its slot over** to the oldest one without freeing it (the load stays 1, the
+//! value is in the cell): a caller that never waited cannot take it first. A waiter dropped
+//! just as a slot was handed to it passes the slot to the next waiter (or frees it); a waiter
+//! dropped after a plain wake-up passes the wake-up on. Retiring a slot frees a unit of
+//! `live` and wakes the oldest waiter to build.
+//!
+//! # Return, shrinking and closing
+//!
+//! [`ExclusiveSlots::check_in`] first compares `live` with `size` (two loads of one line). Over
+//! the bound (the table was shrunk by [`ExclusiveSlots::resize`], or closed, which sets `size`
+//! to 0), it takes one unit of `live` back with a CAS while `live > size` and retires its
+//! slot: the value comes back as [`CheckIn::Surplus`] to be dropped. Otherwise it puts the
+//! value in the cell, stores the idle word, releases the slot, and loads the bound again:
+//! a resize stores `size` and then scans the slot words, a return releases its slot word and
+//! then loads `size`, all `SeqCst`, so one of them sees the other (the Dekker pattern of
+//! [`crate::gate`]); a return that sees it was overtaken runs the trimming pass itself
+//! ([`CheckIn::Trimmed`]). **Shrinking retires idle values at once, highest slot first, and
+//! busy ones as they come back; every retirement is one CAS on `live` that succeeds only
+//! while `live > size`, so a shrink never retires more than it must.** A trimming pass takes
+//! an idle value by joining its very slot (a checkout of that slot); the value it cannot
+//! retire any more (the bound was met meanwhile) goes back with its old stamp.
+//!
+//! [`ExclusiveSlots::retain`] takes each idle value the same way, asks the caller's predicate
+//! and puts the value back or retires its slot.
 //!
 //! # Reaping: a Dekker handshake on the idle word
 //!
@@ -46,48 +81,54 @@
 //!                                              Reaping ---+
 //! ```
 //!
-//! A reaper pass, for a slot that is Ready with load 0 and whose idle word says
-//! `Idle(stamp)` with an expired stamp:
+//! A reaper pass ([`ExclusiveSlots::reap`]), for a slot that is Ready with load 0 and whose
+//! idle word says `Idle(stamp)` with a stamp (or a birth stamp) the caller calls expired:
 //!
 //! 1. CAS the idle word `Idle(stamp) → Reaping(stamp)`, then
-//! 2. load the slot word. Load 0 (same incarnation): nobody holds the client. Otherwise a
+//! 2. load the slot word. Load 0 (same incarnation): nobody holds the value. Otherwise a
 //!    holder got in first: CAS `Reaping → Idle` back and move on.
-//! 3. CAS `Reaping(stamp) → Empty`. Won: the client is the reaper's; it takes it from the cell
-//!    and drains the slot (Empty at once, or when a joiner that lost gives its unit back).
+//! 3. CAS `Reaping(stamp) → Empty`. Won: the value is the reaper's; it takes it from the cell,
+//!    drains the slot (Empty at once, or when a joiner that lost gives its unit back) and
+//!    gives the slot's unit of `live` back.
 //!
 //! An **acquirer** joins the slot (the table's CAS, load 0 → 1), then loads the idle word:
-//! `Idle` means the client is its own; `Empty` means a reaper won (give the unit back and
+//! `Idle` means the value is its own; `Empty` means a reaper won (give the unit back and
 //! look again); `Reaping` means a reaper is between steps 1 and 3, and the acquirer cannot
 //! tell whether the reaper's step 2 saw its unit, so it **aborts the reap** with its own CAS
 //! `Reaping(stamp) → Idle(stamp)`: exactly one of that CAS and the reaper's step 3 succeeds,
-//! and whoever wins owns the client.
+//! and whoever wins owns the value.
 //!
 //! Why nobody else can be between the acquirer's two steps and the reaper's: the acquirer
 //! writes the slot word then reads the idle word; the reaper writes the idle word then reads
 //! the slot word; all four are `SeqCst`, so in the single total order one of them sees the
-//! other's write (the Dekker pattern of [`crate::gate`]; `dekker_fence` states it for loom).
-//! If the reaper sees load 0, the acquirer's join comes later and its load sees `Reaping` or
-//! `Empty`; if the acquirer sees `Idle`, the reaper's step 1 comes later and its step 2 sees
-//! the acquirer's unit. A returning guard stores a fresh `Idle` before its table release, so a
-//! reaper that read the old word fails its step 3 (or its step 1). **A reap never takes a
-//! client that was just acquired, and a released client goes to exactly one caller.**
+//! other's write (`dekker_fence` states it for loom). If the reaper sees load 0, the
+//! acquirer's join comes later and its load sees `Reaping` or `Empty`; if the acquirer sees
+//! `Idle`, the reaper's step 1 comes later and its step 2 sees the acquirer's unit. A
+//! returning holder stores a fresh `Idle` before its table release, so a reaper that read the
+//! old word fails its step 3 (or its step 1). **A reap never takes a value that was just
+//! acquired, and a returned value goes to exactly one caller.**
 //!
-//! The idle word is not touched on acquire, so while a client is in use its word still shows
+//! The idle word is not touched on checkout, so while a value is in use its word still shows
 //! the previous `Idle(stamp)`; the reaper's pre-check of the slot word (load 0) skips such
-//! slots, and step 2 catches the rest. Reaper passes are serialised by a mutex (they are
-//! cold), so step 3 cannot be confused by a second reaper's `Reaping` of the same stamp.
+//! slots, and step 2 catches the rest. Reaper passes (and closing passes) are serialised by a
+//! mutex (they are cold), so step 3 cannot be confused by a second reaper's `Reaping` of the
+//! same stamp.
 //!
-//! INVARIANT: the cell holds a client exactly while the slot is Ready with load 0 and its idle
+//! INVARIANT: the cell holds a value exactly while the slot is Ready with load 0 and its idle
 //! word is not `Empty` (outside the few instructions of a hand-over); it is `None` while a
-//! guard or a builder owns the client, and after a reap, discard or failed build.
+//! holder or a builder owns the value, and after a reap, retirement or failed build.
+//! INVARIANT: `live` counts the slots claimed for a value and not yet retired, and only ever
+//! rises by a CAS that finds it below `size`.
 //!
-//! The loom models in `slotpool-loom-tests/tests/channel_client.rs` check [`ExclusiveSlots`],
-//! the protocol type the pool is built on: a reap racing an acquire and a check-in, two
-//! callers racing for one client, and a close racing a check-in.
+//! # Closing
 //!
+//! [`ExclusiveSlots::close`] sets `size` to 0 and closes the gate: waiters and later checkouts
+//! get [`Closed`]. Values in use stay valid; each comes back as [`CheckIn::Surplus`] (or is
+//! taken by the trimming pass of the return that raced the close), and the caller's closing
+//! pass (`reap(|_| true)`) takes the idle ones.
 //!
-//! This module owns the cells and the idle word; capacity search and waiting are the slot
-//! table's and the gate's.
+//! This module owns the cells, the idle word and the bound; capacity search and waiting are
+//! the slot table's and the gate's.
 
 use std::fmt;
 use std::future::Future;
@@ -96,8 +137,13 @@ use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::WaitState;
-use crate::slots::{Capacity, Generation, Phase, Reservation, SlotTable, SlotWord, TableStats};
-use crate::sync::{dekker_fence, spin, trace_transition, AtomicU64, Mutex, Ordering, UnsafeCell};
+use crate::slots::{
+    Capacity, Generation, Phase, Reservation, SlotTable, SlotWord, TableStats, MAX_SLOTS,
+};
+use crate::sync::{
+    dekker_fence, spin, trace_transition, AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering,
+    UnsafeCell,
+};
 
 /// The largest stamp an idle word holds (62 bits).
 pub const MAX_STAMP: u64 = (1 << 62) - 1;
@@ -110,26 +156,26 @@ const LOST_RETRIES: usize = 64;
 // The idle word
 // ---------------------------------------------------------------------------------------------
 
-/// Where an exclusive slot's client is, as [`ExclusiveSlots::state`] reports it (from the slot
+/// Where an exclusive slot's value is, as [`ExclusiveSlots::state`] reports it (from the slot
 /// word and the idle word together). See the [module documentation](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CellState {
-    /// No client (never built, or gone).
+    /// No value (never built, or gone).
     Empty,
-    /// A guard (or a builder) owns the client.
+    /// A holder (or a builder) owns the value.
     Busy,
-    /// The client sits in the cell, idle.
+    /// The value sits in the cell, idle.
     Idle,
-    /// A reaper is deciding whether it takes the idle client.
+    /// A reaper is deciding whether it takes the idle value.
     Reaping,
 }
 
 /// What the idle word itself says (the reaper's handshake; see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum IdleState {
-    /// No client to reap (none built yet, or discarded, or reaped).
+    /// No value to reap (none built yet, or retired, or reaped).
     Empty,
-    /// The last holder returned the client at the stamp (it may be in use again since).
+    /// The last holder returned the value at the stamp (it may be in use again since).
     Idle,
     /// A reaper is between its first and last step.
     Reaping,
@@ -183,12 +229,20 @@ impl fmt::Debug for IdleWord {
 // The protocol: exclusive slots
 // ---------------------------------------------------------------------------------------------
 
-/// Per-slot data of an [`ExclusiveSlots`] table: the idle value, the idle word and the
-/// checkout count. See the [module documentation](self).
+/// The most values a bounded [`ExclusiveSlots`] table may hold ([`ExclusiveSlots::new`],
+/// [`ExclusiveSlots::resize`]).
+pub const MAX_SIZE: usize = MAX_SLOTS;
+
+/// Per-slot data of an [`ExclusiveSlots`] table: the idle value, the idle word, the value's
+/// birth stamp and the checkout count. See the [module documentation](self).
 pub struct ExclusiveCell<T> {
     /// The idle word. Written by the holder (release, retire), read by acquirers, CASed by the
     /// reaper and by an acquirer that aborts a reap.
     idle: AtomicU64,
+    /// The caller's stamp for when the slot's value was built ([`ExclusiveSlots::occupy_born`]),
+    /// for the reaper's lifetime checks. Written by the builder before the value is first
+    /// released (which publishes it).
+    born: AtomicU64,
     /// Checkouts of this slot, all incarnations. Written only by the slot's current holder
     /// (plain load and store: the hand-over CAS orders holders), read by statistics.
     checkouts: AtomicU64,
@@ -209,6 +263,7 @@ impl<T> Default for ExclusiveCell<T> {
     fn default() -> Self {
         Self {
             idle: AtomicU64::new(IdleWord::EMPTY.0),
+            born: AtomicU64::new(0),
             checkouts: AtomicU64::new(0),
             value: UnsafeCell::new(None),
         }
@@ -236,16 +291,20 @@ impl<T> ExclusiveCell<T> {
         self.value.with_mut(|value| unsafe { (*value).take() })
     }
 
-    /// Puts the value in.
+    /// Puts the value in and stamps the idle word (`Release`: the value is written before the
+    /// word; the table release that follows is the hand-over that orders both before the next
+    /// holder or the reaper).
     ///
     /// # Safety
-    /// The caller holds the slot's unit of load and owns the client (the cell is empty).
-    unsafe fn put(&self, value: T) {
+    /// The caller holds the slot's unit of load and owns the value (the cell is empty).
+    unsafe fn put(&self, value: T, stamp: u64) {
         // SAFETY: exclusive by the caller's contract.
         self.value.with_mut(|cell| unsafe {
-            debug_assert!((*cell).is_none(), "a returned client overwrote an idle one");
+            debug_assert!((*cell).is_none(), "a returned value overwrote an idle one");
             *cell = Some(value);
         });
+        self.idle
+            .store(IdleWord::idle(stamp.min(MAX_STAMP)).0, Ordering::Release);
     }
 }
 
@@ -253,6 +312,7 @@ impl<T> fmt::Debug for ExclusiveCell<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExclusiveCell")
             .field("idle", &self.idle_word())
+            .field("born", &self.born.load(Ordering::Relaxed))
             .field("checkouts", &self.checkouts.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -288,12 +348,45 @@ pub enum Checkout<T> {
         /// The value.
         value: T,
     },
-    /// A claimed Empty slot: build a value, then [`ExclusiveSlots::occupy`] (or
-    /// [`ExclusiveSlots::retire`] on failure).
+    /// A claimed Empty slot, with a unit of the live count: build a value, then
+    /// [`ExclusiveSlots::occupy`] (or [`ExclusiveSlots::retire`] on failure).
     Vacant {
         /// The slot.
         lease: Lease,
     },
+}
+
+/// What became of a value handed to [`ExclusiveSlots::check_in`].
+#[derive(Debug)]
+#[must_use = "values that come back must be dropped by the caller"]
+pub enum CheckIn<T> {
+    /// Back in its slot, idle (or handed to the oldest waiter).
+    Kept,
+    /// Not kept: the table holds more values than its size (it was shrunk, or closed), so
+    /// the slot was retired and its unit of the live count given back. Drop the value.
+    Surplus(T),
+    /// Kept, but the table was shrunk or closed while the value went back, and this return
+    /// ran the trimming pass itself: these idle values (this one among them, perhaps) were
+    /// retired and are the caller's to drop.
+    Trimmed(Vec<T>),
+}
+
+impl<T> CheckIn<T> {
+    /// Whether the value stayed in the table.
+    pub fn is_kept(&self) -> bool {
+        !matches!(self, CheckIn::Surplus(_))
+    }
+}
+
+/// What a reaper's predicate sees of an idle value ([`ExclusiveSlots::reap_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleStamps {
+    /// The slot.
+    pub index: usize,
+    /// The stamp of the value's last return.
+    pub idle_since: u64,
+    /// The stamp it was built at ([`ExclusiveSlots::occupy_born`]; 0 if not given).
+    pub born: u64,
 }
 
 /// Counts of an [`ExclusiveSlots`] table (a snapshot; scans every slot).
@@ -305,49 +398,94 @@ pub struct ExclusiveCounts {
     pub idle: usize,
     /// Values handed out (idle ones taken, built ones occupied), all slots and incarnations.
     pub checkouts: u64,
+    /// The live count's bound, `None` when unbounded ([`ExclusiveSlots::resize`]; 0 once
+    /// closed).
+    pub size: Option<usize>,
     /// The slot table's own counts.
     pub table: TableStats,
 }
 
-/// The exclusive-resource protocol the [`ClientPool`] is built on: a slot table with
-/// `max_load = 1` plus a cell per slot. See the [module documentation](self). Executor-free,
-/// so loom checks it directly.
+/// The live count and its bound (module docs, "The parts"). One cache line: a return reads
+/// both, and only opening or retiring a slot writes `live`.
+struct Bound {
+    /// Values that exist: slots claimed for a value and not yet retired. INVARIANT: rises
+    /// only by a CAS that finds it below `size`; falls exactly once per retired slot.
+    live: AtomicUsize,
+    /// The most values that may exist; `usize::MAX` when unbounded, 0 once closed.
+    size: AtomicUsize,
+}
+
+/// The exclusive-value protocol the [`ClientPool`] and the managed [`Pool`] are built on: a
+/// slot table with `max_load = 1` plus a cell per slot and a resizable live count. See the
+/// [module documentation](self). Executor-free, so loom checks it directly.
 ///
 /// [`ClientPool`]: crate::client::ClientPool
+/// [`Pool`]: crate::managed::Pool
 pub struct ExclusiveSlots<T> {
     table: SlotTable<ExclusiveCell<T>>,
-    /// Serialises reaper passes (cold), so a pass's step 3 sees only its own `Reaping`.
+    bound: CachePadded<Bound>,
+    /// Serialises reaper and closing passes (cold), so a pass's step 3 sees only its own
+    /// `Reaping`.
     reaping: Mutex<()>,
 }
 
 impl<T> ExclusiveSlots<T> {
-    /// An empty table of `capacity` slots.
+    /// An empty table for at most `n` values (`Capacity::Bounded(n)`), or any number.
     ///
     /// # Errors
-    /// As [`SlotTable::new`] (zero or too many slots).
+    /// [`ConfigError::Zero`]`("slots")` for a bound of 0, [`ConfigError::TooLarge`] above
+    /// [`MAX_SIZE`].
     pub fn new(capacity: Capacity) -> Result<Self, ConfigError> {
+        let size = match capacity {
+            Capacity::Bounded(n) => Self::check_size("slots", n)?,
+            Capacity::Unbounded => usize::MAX,
+        };
+        if size == 0 {
+            return Err(ConfigError::Zero("slots"));
+        }
         Ok(Self {
-            table: SlotTable::new(capacity, 1)?,
+            table: SlotTable::new(Capacity::Unbounded, 1)?.with_lazy_room_hints(),
+            bound: CachePadded::new(Bound {
+                live: AtomicUsize::new(0),
+                size: AtomicUsize::new(size),
+            }),
             reaping: Mutex::new(()),
         })
     }
 
-    /// Takes the lowest-index idle value, or claims the lowest Empty slot, without waiting.
-    ///
-    /// # Errors
-    /// [`TryAcquireError::NoCapacity`] when every slot of a bounded table is owned,
-    /// [`TryAcquireError::Closed`] after [`ExclusiveSlots::close`].
-    pub fn try_checkout(&self) -> Result<Checkout<T>, TryAcquireError> {
-        if self.table.is_closed() {
-            return Err(TryAcquireError::Closed);
+    fn check_size(name: &'static str, size: usize) -> Result<usize, ConfigError> {
+        if size > MAX_SIZE {
+            return Err(ConfigError::TooLarge {
+                name,
+                value: size as u64,
+                max: MAX_SIZE as u64,
+            });
         }
-        self.attempt().ok_or(TryAcquireError::NoCapacity)
+        Ok(size)
     }
 
-    /// Waits for an idle value or an Empty slot (FIFO among waiters).
+    // --- checkout ----------------------------------------------------------------------------
+
+    /// Takes the lowest-index idle value, or claims the lowest Empty slot within the bound,
+    /// without waiting.
     ///
-    /// Cancel-safe: dropping the future before it resolves takes nothing, and a wake-up it had
-    /// received passes to the next waiter.
+    /// # Errors
+    /// [`TryAcquireError::NoCapacity`] when the bound is reached and nothing is idle,
+    /// [`TryAcquireError::Closed`] after [`ExclusiveSlots::close`].
+    #[inline]
+    pub fn try_checkout(&self) -> Result<Checkout<T>, TryAcquireError> {
+        match self.attempt() {
+            Some(checkout) => Ok(checkout),
+            None if self.table.is_closed() => Err(TryAcquireError::Closed),
+            None => Err(TryAcquireError::NoCapacity),
+        }
+    }
+
+    /// Waits for an idle value or room to build one (FIFO among waiters; a returned value is
+    /// handed to the oldest waiter).
+    ///
+    /// Cancel-safe: dropping the future before it resolves takes nothing; a value handed to it
+    /// passes to the next waiter, and a wake-up it had received passes on too.
     pub fn checkout(&self) -> CheckoutWait<'_, T> {
         CheckoutWait {
             slots: self,
@@ -355,23 +493,156 @@ impl<T> ExclusiveSlots<T> {
         }
     }
 
-    /// One try: join or claim in the table, then check the idle word. A slot lost to a reaper
-    /// is given back and the table searched again, a bounded number of times.
+    /// One try. The common case inline: the lowest slot flagged with room is idle and ours
+    /// (one CAS and one load of its idle word); everything else out of line.
+    #[inline]
     fn attempt(&self) -> Option<Checkout<T>> {
-        for _ in 0..LOST_RETRIES {
-            let reservation = self.table.try_reserve().ok()?;
-            if let Some(checkout) = self.admit(reservation) {
+        if let Some(reservation) = self.table.reserve_fast() {
+            if let Some(checkout) = self.admit(reservation, true) {
                 return Some(checkout);
+            }
+        }
+        self.attempt_slow()
+    }
+
+    /// Joins any slot with room, else opens one within the bound. A slot lost to a reaper is
+    /// given back and the table searched again, a bounded number of times.
+    #[inline(never)]
+    fn attempt_slow(&self) -> Option<Checkout<T>> {
+        for _ in 0..LOST_RETRIES {
+            if let Some(reservation) = self.table.join_only() {
+                match self.admit(reservation, true) {
+                    Some(checkout) => return Some(checkout),
+                    None => {
+                        spin();
+                        continue;
+                    }
+                }
+            }
+            // Nothing idle: a new value, if the bound allows one.
+            if !self.take_live() {
+                return None;
+            }
+            match self.table.try_reserve() {
+                Ok(reservation) if reservation.claimed() => {
+                    trace_transition!("exclusive: claim {}", reservation.index());
+                    return Some(Checkout::Vacant {
+                        lease: Lease { reservation },
+                    });
+                }
+                Ok(reservation) => {
+                    // A value came back meanwhile and the reservation joined it: no new one.
+                    self.give_live_back();
+                    if let Some(checkout) = self.admit(reservation, true) {
+                        return Some(checkout);
+                    }
+                }
+                Err(_) => {
+                    // Closed (an unbounded table never runs out).
+                    self.give_live_back();
+                    return None;
+                }
             }
             spin();
         }
         None
     }
 
-    fn admit(&self, reservation: Reservation) -> Option<Checkout<T>> {
+    /// Claims the lowest Empty slot for a new value, within the bound, without taking an idle
+    /// one and without waiting (for owners that keep a minimum of values idle): build the
+    /// value, then [`ExclusiveSlots::occupy`] or [`ExclusiveSlots::retire`]. `None` when the
+    /// bound is reached or the table is closed.
+    pub fn try_open(&self) -> Option<Lease> {
+        if !self.take_live() {
+            return None;
+        }
+        let claimed = self.table.try_claim_vacant().or_else(|| {
+            // No Empty slot in the segments so far: a reservation grows the table (or joins a
+            // value returned meanwhile, which we leave where it is).
+            match self.table.try_reserve() {
+                Ok(reservation) if reservation.claimed() => Some(reservation),
+                Ok(reservation) => {
+                    self.table.release(reservation);
+                    None
+                }
+                Err(_) => None,
+            }
+        });
+        match claimed {
+            Some(reservation) => Some(Lease { reservation }),
+            None => {
+                self.give_live_back();
+                None
+            }
+        }
+    }
+
+    /// Takes a unit of `live` if that keeps it within `size`.
+    fn take_live(&self) -> bool {
+        let bound = &self.bound;
+        let mut live = bound.live.load(Ordering::SeqCst);
+        loop {
+            if live >= bound.size.load(Ordering::SeqCst) {
+                return false;
+            }
+            match bound.live.compare_exchange_weak(
+                live,
+                live + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                // Another opener or a retirement moved it: recheck against the bound.
+                Err(actual) => live = actual,
+            }
+        }
+    }
+
+    /// Gives a unit of `live` back and wakes the oldest waiter to use it (our RMW, then the
+    /// gate's load: Dekker with a waiter's enqueue and recheck).
+    fn give_live_back(&self) {
+        let before = self.bound.live.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "the live count went below zero");
+        self.table.gate().notify_one();
+    }
+
+    /// Takes a unit of `live` back only while it is above `size` (a retirement the bound asks
+    /// for): true if this caller is to retire one value.
+    #[cold]
+    fn claim_surplus(&self) -> bool {
+        let bound = &self.bound;
+        let mut live = bound.live.load(Ordering::SeqCst);
+        loop {
+            if live <= bound.size.load(Ordering::SeqCst) {
+                return false;
+            }
+            match bound.live.compare_exchange_weak(
+                live,
+                live - 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                // Another retirement or an opener moved it: recheck against the bound.
+                Err(actual) => live = actual,
+            }
+        }
+    }
+
+    /// Whether more values exist than the bound allows (two loads of one line).
+    #[inline]
+    fn over_bound(&self) -> bool {
+        self.bound.live.load(Ordering::SeqCst) > self.bound.size.load(Ordering::SeqCst)
+    }
+
+    /// Checks the idle word after joining a Ready slot and takes the value (counting a
+    /// checkout if `count`). `None` (the unit given back) if a reaper won the value.
+    #[inline]
+    fn admit(&self, reservation: Reservation, count: bool) -> Option<Checkout<T>> {
         let lease = Lease { reservation };
         if reservation.claimed() {
-            // Counted by `occupy`, once the value is built.
+            // `try_reserve` claims only in `attempt_slow`, which takes a unit of `live` first;
+            // the fast path and the join-only scans never claim.
             return Some(Checkout::Vacant { lease });
         }
         let taken = self
@@ -399,11 +670,13 @@ impl<T> ExclusiveSlots<T> {
                                 Err(actual) => current = IdleWord(actual),
                             }
                         }
-                        // A reaper won this client: the slot is about to be drained.
+                        // A reaper won this value: the slot is about to be drained.
                         IdleState::Empty => return None,
                     }
                 }
-                cell.count_checkout();
+                if count {
+                    cell.count_checkout();
+                }
                 // SAFETY: we hold the slot's unit and the idle word said Idle after our join
                 // (or we won Reaping → Idle): no reaper can take the value any more, and no
                 // other holder exists.
@@ -412,61 +685,95 @@ impl<T> ExclusiveSlots<T> {
             .flatten();
         match taken {
             Some(Some(value)) => {
-                trace_transition!("client: reuse {}", lease.index());
+                trace_transition!("exclusive: reuse {}", lease.index());
                 Some(Checkout::Idle { lease, value })
             }
-            // INVARIANT says Idle and load 0 imply a value; if it were ever missing, the caller
-            // builds a fresh one in this (held, Ready) slot rather than losing the slot.
-            Some(None) => {
-                debug_assert!(false, "idle cell without a value");
-                Some(Checkout::Vacant { lease })
-            }
+            Some(None) => self.admit_empty(lease),
             None => {
-                trace_transition!("client: lost {} to the reaper", lease.index());
+                trace_transition!("exclusive: lost {} to the reaper", lease.index());
                 self.table.release(lease.reservation);
                 None
             }
         }
     }
 
+    /// An Idle word over an empty cell, which the INVARIANT rules out: rather than lose the
+    /// slot, the caller builds a fresh value in it (it holds the unit of `live` the slot had).
+    #[cold]
+    fn admit_empty(&self, lease: Lease) -> Option<Checkout<T>> {
+        debug_assert!(false, "idle cell without a value");
+        Some(Checkout::Vacant { lease })
+    }
+
+    /// The waiter's side of a hand-over: a returned slot, its unit still held.
+    fn admit_handoff(&self, reservation: Reservation) -> Option<Checkout<T>> {
+        trace_transition!("exclusive: handed {}", reservation.index());
+        self.admit(reservation, true)
+    }
+
+    // --- building, returning, retiring -------------------------------------------------------
+
     /// The builder's half: the value for a [`Checkout::Vacant`] slot is built; the caller owns
     /// it and the slot is Ready.
     pub fn occupy(&self, lease: &Lease) {
-        self.table
-            .with_slot(lease.index(), |slot| slot.data().count_checkout());
+        self.occupy_born(lease, 0);
+    }
+
+    /// [`ExclusiveSlots::occupy`], recording when the value was built (the caller's stamp,
+    /// shown to [`ExclusiveSlots::reap_by`]'s predicate for lifetime caps).
+    pub fn occupy_born(&self, lease: &Lease, born: u64) {
+        self.table.with_slot(lease.index(), |slot| {
+            let cell = slot.data();
+            // Published to the reaper by the release that first makes the value idle.
+            cell.born.store(born, Ordering::Release);
+            cell.count_checkout();
+        });
         // `false` if the slot was Ready already (a rebuilt value): nothing to do then.
         let _ = self.table.mark_ready(lease.index(), lease.generation());
     }
 
-    /// Returns `value` to the slot, idle since `stamp` (clamped to [`MAX_STAMP`]), and
-    /// releases the lease. The value is in the cell and the idle word stamped before the slot
-    /// shows room.
-    ///
-    /// Returns `false` if the table was closed meanwhile: the value may then sit in a closed
-    /// table, and the caller must run a closing pass (`reap(|_| true)`) to take it back out.
-    #[must_use = "a value returned to a closed table must be reaped"]
-    pub fn check_in(&self, lease: Lease, value: T, stamp: u64) -> bool {
-        self.table.with_slot(lease.index(), |slot| {
-            let cell = slot.data();
-            // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
-            // and nobody else may touch it until our release below.
-            unsafe { cell.put(value) };
-            // Release: the value is written before the word; the table release below is the
-            // hand-over that orders both before the next holder or the reaper.
-            cell.idle
-                .store(IdleWord::idle(stamp.min(MAX_STAMP)).0, Ordering::Release);
-        });
-        trace_transition!("client: check in {}", lease.index());
-        self.table.release(lease.reservation);
-        // Our release (SeqCst RMW) before this load, `close` sets CLOSED (SeqCst RMW) before its
-        // pass reads the slot words: one of us sees the other.
+    /// Returns `value` to its slot, idle since `stamp` (clamped to [`MAX_STAMP`]), and
+    /// releases the lease, or retires the slot if the table holds more values than its size.
+    /// See [`CheckIn`] for what the caller must do with values that come back.
+    #[inline]
+    pub fn check_in(&self, lease: Lease, value: T, stamp: u64) -> CheckIn<T> {
+        if self.over_bound() && self.claim_surplus() {
+            trace_transition!("exclusive: surplus {}", lease.index());
+            self.retire_slot(lease);
+            return CheckIn::Surplus(value);
+        }
+        self.put_back(lease, value, stamp);
+        // Our release (SeqCst RMW) before these loads; `resize` and `close` store `size`
+        // (SeqCst RMW) before their passes read the slot words: one of us sees the other.
         dekker_fence();
-        !self.table.is_closed()
+        if self.over_bound() {
+            return CheckIn::Trimmed(self.trim());
+        }
+        CheckIn::Kept
     }
 
-    /// Gives the slot up without a value (discarded, failed to build, pool closed): the slot
-    /// drains and returns to Empty.
+    /// Puts `value` in the leased slot with `stamp` and releases the lease (which hands the
+    /// slot to the oldest waiter, if any).
+    #[inline]
+    fn put_back(&self, lease: Lease, value: T, stamp: u64) {
+        self.table.with_slot(lease.index(), |slot| {
+            // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
+            // and nobody else may touch it until our release below.
+            unsafe { slot.data().put(value, stamp) };
+        });
+        trace_transition!("exclusive: check in {}", lease.index());
+        self.table.release(lease.reservation);
+    }
+
+    /// Gives the slot up without a value (discarded, failed to build): the slot drains and
+    /// returns to Empty, and its unit of the live count goes back (waking a waiter to build).
     pub fn retire(&self, lease: Lease) {
+        self.retire_slot(lease);
+        self.give_live_back();
+    }
+
+    /// Retires the leased slot; its unit of `live` is the caller's to account for.
+    fn retire_slot(&self, lease: Lease) {
         self.table.with_slot(lease.index(), |slot| {
             // No value to reap: a reaper that read the old Idle word fails its next CAS.
             slot.data().idle.store(IdleWord::EMPTY.0, Ordering::SeqCst);
@@ -475,11 +782,171 @@ impl<T> ExclusiveSlots<T> {
         self.table.release(lease.reservation);
     }
 
+    // --- resizing, trimming, retaining -------------------------------------------------------
+
+    /// Sets the most values that may exist to `size`. Growing wakes as many waiters as it
+    /// adds room for; shrinking retires idle values beyond the bound now (highest slot first)
+    /// and returns them to be dropped; values in use beyond it are retired as they come back
+    /// ([`CheckIn::Surplus`]). A closed table stays closed (and empty).
+    ///
+    /// # Errors
+    /// [`ConfigError::TooLarge`]`("resize")` above [`MAX_SIZE`].
+    pub fn resize(&self, size: usize) -> Result<Vec<T>, ConfigError> {
+        let size = Self::check_size("resize", size)?;
+        let _serialised = self.reaping.lock();
+        if self.table.is_closed() {
+            return Ok(Vec::new());
+        }
+        let old = self.bound.size.swap(size, Ordering::SeqCst);
+        trace_transition!("exclusive: resize {} -> {}", old, size);
+        if size > old {
+            // New room: wake the waiters that can use it (each rechecks the bound).
+            for _ in 0..size - old {
+                if !self.table.gate().has_waiters() {
+                    break;
+                }
+                self.table.gate().notify_one();
+            }
+            return Ok(Vec::new());
+        }
+        // Our store (SeqCst RMW) before the pass's loads of the slot words: Dekker with
+        // `check_in`, which releases its slot and then loads the bound.
+        dekker_fence();
+        Ok(self.trim_serialised())
+    }
+
+    /// The bound on values (`None` when unbounded; 0 once closed).
+    pub fn size(&self) -> Option<usize> {
+        match self.bound.size.load(Ordering::SeqCst) {
+            usize::MAX => None,
+            size => Some(size),
+        }
+    }
+
+    /// Values that exist now (built, being built, idle or in use): the live count.
+    pub fn live(&self) -> usize {
+        self.bound.live.load(Ordering::SeqCst)
+    }
+
+    /// Retires idle values while more exist than the bound allows, highest slot first (all of
+    /// them once closed); returns them to be dropped.
+    pub fn trim(&self) -> Vec<T> {
+        let _serialised = self.reaping.lock();
+        self.trim_serialised()
+    }
+
+    fn trim_serialised(&self) -> Vec<T> {
+        if self.table.is_closed() {
+            return self
+                .reap_serialised(|_| true)
+                .into_iter()
+                .map(|(value, _)| value)
+                .collect();
+        }
+        let mut retired = Vec::new();
+        for index in self.idle_indices().into_iter().rev() {
+            if !self.over_bound() {
+                break;
+            }
+            let Some((lease, value)) = self.take_at(index) else {
+                continue;
+            };
+            if self.claim_surplus() {
+                trace_transition!("exclusive: trimmed {}", index);
+                self.retire_slot(lease);
+                retired.push(value);
+            } else {
+                // The bound was met meanwhile (a return retired its own value).
+                self.restore(lease, value);
+                break;
+            }
+        }
+        retired
+    }
+
+    /// Asks `keep` about every idle value (each taken from its slot as a checkout would take
+    /// it, so no caller can have it meanwhile): values it keeps go back with their old stamps,
+    /// the others' slots are retired and the values returned to be dropped. Values in use are
+    /// not visited.
+    ///
+    /// If `keep` panics, the value it was asked about is dropped with the unwinding and its
+    /// slot retired (pools catch their users' panics before they reach here).
+    pub fn retain(&self, mut keep: impl FnMut(&mut T) -> bool) -> Vec<T> {
+        let mut removed = Vec::new();
+        for index in self.idle_indices() {
+            let Some((lease, mut value)) = self.take_at(index) else {
+                continue;
+            };
+            let mut held = Held {
+                slots: self,
+                lease: Some(lease),
+            };
+            let kept = keep(&mut value);
+            let Some(lease) = held.lease.take() else {
+                continue;
+            };
+            if kept {
+                self.restore(lease, value);
+            } else {
+                self.retire(lease);
+                removed.push(value);
+            }
+        }
+        removed
+    }
+
+    /// The indices of the slots that show an idle value now (a snapshot).
+    fn idle_indices(&self) -> Vec<usize> {
+        let mut indices = Vec::new();
+        self.table.for_each_slot(|index, slot| {
+            if Self::state_of(slot.word(), slot.data().idle_word()) == CellState::Idle {
+                indices.push(index);
+            }
+        });
+        indices
+    }
+
+    /// Takes slot `index`'s idle value by joining that very slot (without counting a
+    /// checkout). `None` if it is not idle any more.
+    fn take_at(&self, index: usize) -> Option<(Lease, T)> {
+        let reservation = self.table.try_join_at(index)?;
+        match self.admit(reservation, false)? {
+            Checkout::Idle { lease, value } => Some((lease, value)),
+            // Built again by the joiner: nothing was idle after all.
+            Checkout::Vacant { lease } => {
+                self.retire(lease);
+                None
+            }
+        }
+    }
+
+    /// Puts a value taken by [`ExclusiveSlots::take_at`] back with the stamp its idle word
+    /// still shows (a join does not touch the idle word).
+    fn restore(&self, lease: Lease, value: T) {
+        let stamp = self
+            .table
+            .with_slot(lease.index(), |slot| slot.data().idle_word().stamp())
+            .unwrap_or(0);
+        self.put_back(lease, value, stamp);
+    }
+
+    // --- reaping and closing -----------------------------------------------------------------
+
     /// One reaper pass: removes every idle value whose stamp `expired` accepts and returns
     /// each with its stamp (for the caller to drop outside any slot operation). An acquire or a
     /// check-in racing the pass wins (module docs).
     pub fn reap(&self, mut expired: impl FnMut(u64) -> bool) -> Vec<(T, u64)> {
+        self.reap_by(|stamps| expired(stamps.idle_since))
+    }
+
+    /// [`ExclusiveSlots::reap`] whose predicate sees the slot, the idle stamp and the birth
+    /// stamp of each idle value, lowest slot first.
+    pub fn reap_by(&self, expired: impl FnMut(IdleStamps) -> bool) -> Vec<(T, u64)> {
         let _serialised = self.reaping.lock();
+        self.reap_serialised(expired)
+    }
+
+    fn reap_serialised(&self, mut expired: impl FnMut(IdleStamps) -> bool) -> Vec<(T, u64)> {
         let mut reaped = Vec::new();
         self.table.for_each_slot(|index, slot| {
             let word = slot.word();
@@ -489,7 +956,15 @@ impl<T> ExclusiveSlots<T> {
             }
             let cell = slot.data();
             let current = cell.idle_word();
-            if current.state() != IdleState::Idle || !expired(current.stamp()) {
+            if current.state() != IdleState::Idle {
+                return;
+            }
+            let stamps = IdleStamps {
+                index,
+                idle_since: current.stamp(),
+                born: cell.born.load(Ordering::Acquire),
+            };
+            if !expired(stamps) {
                 return;
             }
             // Step 1.
@@ -533,17 +1008,18 @@ impl<T> ExclusiveSlots<T> {
                 )
                 .is_err()
             {
-                // An acquirer aborted the reap (it owns the client now).
+                // An acquirer aborted the reap (it owns the value now).
                 return;
             }
             // SAFETY: we won Reaping → Empty while no unit was held: acquirers that join now
             // see Empty and leave the value alone, and nobody can claim the slot before our
             // drain below.
             let value = unsafe { cell.take() };
-            // INVARIANT: only the winner of the idle word retires an idle client's slot, so
+            // INVARIANT: only the winner of the idle word retires an idle value's slot, so
             // the generation is the one we read.
             self.table.begin_drain(index, word.generation());
-            trace_transition!("client: reaped {}", index);
+            trace_transition!("exclusive: reaped {}", index);
+            self.give_live_back();
             if let Some(value) = value {
                 reaped.push((value, current.stamp()));
             }
@@ -551,12 +1027,16 @@ impl<T> ExclusiveSlots<T> {
         reaped
     }
 
-    /// Closes the table: waiters and later checkouts get [`Closed`]. Leases already out stay
-    /// valid.
+    /// Closes the table: the bound drops to 0, waiters and later checkouts get [`Closed`].
+    /// Leases already out stay valid; their values come back as [`CheckIn::Surplus`]. The
+    /// caller takes the idle values out with a closing pass (`reap(|_| true)`).
     pub fn close(&self) {
+        // Serialised with `resize`, which could otherwise store a size over our 0.
+        let _serialised = self.reaping.lock();
+        self.bound.size.store(0, Ordering::SeqCst);
         self.table.close();
-        // Our close (a SeqCst RMW on the gate) before the closing pass's loads of the slot
-        // words: Dekker with `check_in`, which releases and then checks for the close.
+        // Our close (SeqCst RMWs on the bound and the gate) before the closing pass's loads
+        // of the slot words: Dekker with `check_in`, which releases and then loads the bound.
         dekker_fence();
     }
 
@@ -565,15 +1045,21 @@ impl<T> ExclusiveSlots<T> {
         self.table.is_closed()
     }
 
-    /// `Some(slots)` for a bounded table.
+    /// `Some(size)` for a bounded table (see [`ExclusiveSlots::size`]).
     pub fn capacity(&self) -> Option<usize> {
-        self.table.capacity()
+        self.size()
+    }
+
+    /// Tasks waiting for a value (a snapshot).
+    pub fn waiting(&self) -> usize {
+        self.table.gate().waiting()
     }
 
     /// Counts live and idle values and checkouts (scans every slot; for statistics).
     pub fn counts(&self) -> ExclusiveCounts {
         let mut counts = ExclusiveCounts {
             table: self.table.stats(),
+            size: self.size(),
             ..ExclusiveCounts::default()
         };
         self.table.for_each_slot(|_, slot| {
@@ -592,7 +1078,7 @@ impl<T> ExclusiveSlots<T> {
         counts
     }
 
-    /// The state of slot `index`'s client (for tests and models).
+    /// The state of slot `index`'s value (for tests and models).
     pub fn state(&self, index: usize) -> Option<CellState> {
         self.table.with_slot(index, |slot| {
             Self::state_of(slot.word(), slot.data().idle_word())
@@ -620,6 +1106,21 @@ impl<T> fmt::Debug for ExclusiveSlots<T> {
     }
 }
 
+/// A slot taken by [`ExclusiveSlots::retain`] while the caller's predicate runs: retired if
+/// the predicate unwinds.
+struct Held<'a, T> {
+    slots: &'a ExclusiveSlots<T>,
+    lease: Option<Lease>,
+}
+
+impl<T> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.slots.retire(lease);
+        }
+    }
+}
+
 /// Future of [`ExclusiveSlots::checkout`].
 #[must_use = "futures do nothing unless polled"]
 pub struct CheckoutWait<'a, T> {
@@ -633,14 +1134,32 @@ impl<T> Future for CheckoutWait<'_, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let slots = this.slots;
-        this.wait
-            .poll_until(slots.table.gate(), cx, || slots.attempt())
+        loop {
+            let polled = this.wait.poll_until_handoff(
+                slots.table.gate(),
+                cx,
+                || slots.attempt().map(Some),
+                |token| slots.admit_handoff(Reservation::from_token(token)),
+                |token| {
+                    slots.table.release(Reservation::from_token(token));
+                },
+            );
+            return match polled {
+                Poll::Ready(Ok(Some(checkout))) => Poll::Ready(Ok(checkout)),
+                // A handed-over slot whose value a reaper had won (the reaper takes only
+                // unheld slots, so this does not happen): wait again, at the front.
+                Poll::Ready(Ok(None)) => continue,
+                Poll::Ready(Err(closed)) => Poll::Ready(Err(closed)),
+                Poll::Pending => Poll::Pending,
+            };
+        }
     }
 }
 
 impl<T> Drop for CheckoutWait<'_, T> {
     fn drop(&mut self) {
-        self.wait.cancel(self.slots.table.gate());
+        // Leaves the queue; a slot handed to us and not taken goes to the next waiter.
+        self.slots.table.cancel_reserve(&mut self.wait);
     }
 }
 

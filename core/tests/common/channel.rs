@@ -11,9 +11,32 @@ use slotpool::client::{ClientFactory, ClientPool, ClientPoolBuilder};
 use super::{MockTime, ReapByHand};
 
 /// Counts live channels: a channel is an `Arc<Token>`, and the last clone's drop is the close.
+/// Panics on connects when told to (see [`Panics`]).
 #[derive(Default)]
 pub struct Lazy {
     pub live: Arc<AtomicUsize>,
+    pub panics: Arc<Panics>,
+}
+
+/// When user code panics: the next `next` calls, and every `every`-th call (0: never).
+#[derive(Default)]
+pub struct Panics {
+    pub next: AtomicUsize,
+    pub every: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+impl Panics {
+    /// Whether this call panics (counts the call).
+    pub fn now(&self) -> bool {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let every = self.every.load(Ordering::SeqCst);
+        let next = self
+            .next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        next || (every > 0 && call % every == 0)
+    }
 }
 
 pub struct Token {
@@ -30,6 +53,9 @@ impl Drop for Token {
 impl ChannelConnector for Lazy {
     type Channel = Arc<Token>;
     fn connect_lazy(&self, id: u64) -> Arc<Token> {
+        if self.panics.now() {
+            panic!("connect_lazy panics");
+        }
         self.live.fetch_add(1, Ordering::SeqCst);
         Arc::new(Token {
             id,
@@ -53,6 +79,10 @@ pub struct Knobs {
     pub live: AtomicUsize,
     pub fail_next: AtomicUsize,
     pub hang: AtomicBool,
+    /// `make` panics while its future is polled.
+    pub panics: Panics,
+    /// `make` panics in the call itself, before it returns a future.
+    pub panic_in_call: AtomicBool,
 }
 
 pub struct Client {
@@ -72,9 +102,24 @@ impl Drop for Client {
 impl ClientFactory<Arc<Token>> for Factory {
     type Client = Client;
     type Error = MakeFailed;
-    async fn make(&self, channel: &Arc<Token>) -> Result<Client, MakeFailed> {
+    fn make(
+        &self,
+        channel: &Arc<Token>,
+    ) -> impl std::future::Future<Output = Result<Client, MakeFailed>> + Send {
+        if self.knobs.panic_in_call.swap(false, Ordering::SeqCst) {
+            panic!("make panics before returning its future");
+        }
+        self.make_async(channel)
+    }
+}
+
+impl Factory {
+    async fn make_async(&self, channel: &Arc<Token>) -> Result<Client, MakeFailed> {
         if self.knobs.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
+        }
+        if self.knobs.panics.now() {
+            panic!("make panics");
         }
         let failing = self
             .knobs
@@ -133,15 +178,24 @@ impl ReapByHand for ClientPoolBuilder<Lazy, Factory> {
 /// A channel pool of `per_channel` clients per channel, idle after [`IDLE`] on a mock clock and
 /// reaped by hand, with its count of live channels.
 pub fn channel_pool(per_channel: usize) -> (MockTime, Arc<Channels>, Arc<AtomicUsize>) {
+    let (time, pool, live, _) = steered_channel_pool(per_channel);
+    (time, pool, live)
+}
+
+/// [`channel_pool`], with the knob that makes its connector panic.
+pub fn steered_channel_pool(
+    per_channel: usize,
+) -> (MockTime, Arc<Channels>, Arc<AtomicUsize>, Arc<Panics>) {
     let time = MockTime::new();
     let (connector, live) = Lazy::counted();
+    let panics = Arc::clone(&connector.panics);
     let pool = ChannelPool::builder(connector)
         .max_clients_per_channel(per_channel)
         .idle_timeout(IDLE)
         .reaped_by_hand(&time)
         .build()
         .expect("valid configuration");
-    (time, pool, live)
+    (time, pool, live, panics)
 }
 
 /// A client pool over a [`channel_pool`], on the same clock and reaped by hand too.
@@ -151,11 +205,13 @@ pub struct Fixture {
     pub clients: Arc<Clients>,
     pub live_channels: Arc<AtomicUsize>,
     pub knobs: Arc<Knobs>,
+    /// When the channel connector panics.
+    pub connector_panics: Arc<Panics>,
 }
 
 impl Fixture {
     pub fn new(per_channel: usize, max_clients: Option<usize>) -> Self {
-        let (time, channels, live_channels) = channel_pool(per_channel);
+        let (time, channels, live_channels, connector_panics) = steered_channel_pool(per_channel);
         let (factory, knobs) = Factory::steered();
         let clients = ClientPool::builder(Arc::clone(&channels), factory)
             .max_clients(max_clients)
@@ -169,6 +225,7 @@ impl Fixture {
             clients,
             live_channels,
             knobs,
+            connector_panics,
         }
     }
 

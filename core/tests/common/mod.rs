@@ -7,6 +7,7 @@
 pub mod channel;
 pub mod keyed;
 pub mod logs;
+pub mod managed;
 pub mod session;
 pub mod stream;
 

@@ -183,6 +183,8 @@ pub struct SlotTable<T = ()> {
     grown: Option<Grown<T>>,
     /// Waiters for capacity.
     gate: Gate,
+    /// Room hints of full slots are cleared lazily (see [`SlotTable::with_lazy_room_hints`]).
+    lazy_room: bool,
 }
 
 /// How a [`SlotTable`] is sized.
@@ -236,7 +238,21 @@ impl<T: Default> SlotTable<T> {
             base: Segment::new(0, base_len),
             grown,
             gate: Gate::new(),
+            lazy_room: false,
         })
+    }
+
+    /// Leaves the room bit of a slot that a join fills set, for the next reserver that finds
+    /// it stale to clear (rule 2 with its recheck, as for any stale hint), and has a release
+    /// set the bit only when it finds it clear. A join and a release then touch no bitmap
+    /// when the slot's bit is already set: for tables of exclusive slots (`max_load = 1`),
+    /// whose every join fills the slot and every release empties it, that is two locked
+    /// read-modify-writes fewer per checkout and return while nobody else contends for the
+    /// slot. The hints stay hints: a set bit may be stale (as always), and a clear bit is
+    /// still set again by whoever gives the slot room (rule 1).
+    pub(crate) fn with_lazy_room_hints(mut self) -> Self {
+        self.lazy_room = true;
+        self
     }
 }
 
@@ -335,11 +351,65 @@ impl<T> SlotTable<T> {
     #[inline]
     fn joined(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>, next: SlotWord) {
         if next.load() == self.max_load {
-            self.clear_room_hint(segment, local, slot);
+            // Lazy hints: the stale bit is cleared by the next reserver that trips over it.
+            if !self.lazy_room {
+                self.clear_room_hint(segment, local, slot);
+            }
         } else {
             // One load of the gate's state when nobody waits.
             self.gate.notify_one();
         }
+    }
+
+    /// Joins the lowest-index slot with room without claiming an Empty slot or growing: for
+    /// owners that bound the number of live resources themselves (the exclusive cell with its
+    /// live count) and open a new one only within that bound. `None` when no slot has room or
+    /// the table is closed. Like [`SlotTable::try_reserve`], a scan that crossed another
+    /// caller's transition is repeated (a bounded number of times), and the stale hints it met
+    /// are repaired.
+    #[inline]
+    pub(crate) fn join_only(&self) -> Option<Reservation> {
+        if let Some(reservation) = self.reserve_fast() {
+            return Some(reservation);
+        }
+        self.join_only_slow()
+    }
+
+    #[inline(never)]
+    fn join_only_slow(&self) -> Option<Reservation> {
+        // No back-off between passes: with lazy room hints a pass that only cleared the
+        // stale bits of full slots counts as raced too, and the next pass is then cheap.
+        for _ in 0..MAX_PASSES {
+            if self.gate.is_closed() {
+                return None;
+            }
+            let mut scan = Scan::default();
+            if let Some(reservation) = self.join_anywhere(&mut scan) {
+                return Some(reservation);
+            }
+            if !scan.raced {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Joins slot `index` itself if it has room (one checked CAS), as a reservation there
+    /// would: for owners that act on one particular resource (retiring the highest idle
+    /// exclusive value first). `None` if it has no room, is not live, or the table is closed;
+    /// no hint is touched then (a stale one is repaired by the next scan that meets it).
+    pub(crate) fn try_join_at(&self, index: usize) -> Option<Reservation> {
+        if self.gate.is_closed() {
+            return None;
+        }
+        self.with_segment(index, |segment, local| {
+            let slot = &segment.slots[local];
+            let next = self.join_word(slot).ok()?;
+            trace_transition!("slots: join at {} -> {:?}", index, next);
+            self.joined(segment, local, slot, next);
+            Some(Reservation::new(index, next.generation(), false))
+        })
+        .flatten()
     }
 
     /// Claims the lowest Empty slot (Empty → Starting, load 1) without joining any slot that
@@ -706,7 +776,7 @@ impl<T> SlotTable<T> {
                             next
                         );
                         if current.load() == self.max_load {
-                            self.set_base_room_hint(reservation.index());
+                            self.room_freed(&self.base, reservation.index());
                         }
                         return true;
                     }
@@ -764,7 +834,7 @@ impl<T> SlotTable<T> {
                         self.publish_vacancy(segment, local, slot);
                     } else if current.load() == self.max_load && next.has_room(self.max_load) {
                         // Full → not full: the room hint was (or is being) cleared (rule 1).
-                        self.set_hint(&segment.room, local);
+                        self.room_freed(segment, local);
                     }
                     return true;
                 }

@@ -146,11 +146,31 @@ impl<T> SlotTable<T> {
         self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
     }
 
-    /// [`SlotTable::set_hint`] on the first segment's room bitmap, out of line: the fast
-    /// release only reaches it when it frees a full slot.
+    /// Rule 1 for a release that took slot `local` of `segment` from full to not full.
+    ///
+    /// With lazy room hints ([`SlotTable::with_lazy_room_hints`]) a bit found set is left
+    /// alone, and nobody is notified: our release (a `SeqCst` RMW on the slot word) comes
+    /// before this load, and whoever clears the bit (a reserver that found the slot full)
+    /// re-reads the slot word after its clear, so in the single `SeqCst` order either we see
+    /// its clear (and set the bit and notify below) or its re-read sees our release (and it
+    /// sets the bit again and notifies). A waiter's scan clears every stale bit it tries,
+    /// so a bit still set is one no waiter has tripped over since it was set.
+    #[inline]
+    pub(super) fn room_freed(&self, segment: &Segment<T>, local: usize) {
+        if self.lazy_room
+            && Self::bitmap_word(&segment.room, local).load(Ordering::SeqCst) & Self::bit(local)
+                != 0
+        {
+            return;
+        }
+        self.set_room_hint(segment, local);
+    }
+
+    /// [`SlotTable::set_hint`] on a room bitmap, out of line: the hot paths reach it only when
+    /// a release frees a full slot whose bit is clear.
     #[inline(never)]
-    pub(super) fn set_base_room_hint(&self, local: usize) {
-        self.set_hint(&self.base.room, local);
+    fn set_room_hint(&self, segment: &Segment<T>, local: usize) {
+        self.set_hint(&segment.room, local);
     }
 
     // --- hints -------------------------------------------------------------------------------

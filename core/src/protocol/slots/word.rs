@@ -247,7 +247,7 @@ impl Reservation {
     }
 
     /// The reservation a handed-over token stands for (a join: the slot was already live).
-    pub(super) fn from_token(token: NonZeroU64) -> Reservation {
+    pub(crate) fn from_token(token: NonZeroU64) -> Reservation {
         Reservation {
             raw: NonZeroU64::MIN | (token.get() & !Self::CLAIMED),
         }

@@ -1,0 +1,243 @@
+//! [`PoolBuilder`]: the settings of a managed [`Pool`], checked and turned into a running pool
+//! by [`PoolBuilder::build`].
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use super::maintain;
+use super::manager::{Hook, Hooks, Manager};
+use super::stats::Counters;
+use super::time::RecentClock;
+use super::{Config, Pool, PoolHandle, Shared};
+use crate::error::ConfigError;
+use crate::exclusive::{ExclusiveSlots, MAX_SIZE};
+use crate::pool::reap::nanos;
+use crate::pool::settings::{self, Names, Settings};
+use crate::slots::Capacity;
+use crate::sync::Arc;
+
+/// When an idle object is recycled ([`Manager::recycle`] and the recycle hooks) before it is
+/// handed out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recycle {
+    /// Every time (deadpool's behaviour). The default.
+    Always,
+    /// Only when it has been idle longer than this (a liveness check for connections that sat
+    /// unused; hot objects are handed out without one). Idle time counts from the object's
+    /// last return as the pool stamped it (at most one reap interval early, so it is never
+    /// under-counted and a check is never skipped that was due).
+    IdleLongerThan(Duration),
+    /// Never: objects go out as they came back.
+    Never,
+}
+
+/// Builder for a managed [`Pool`]; see [`Pool::builder`].
+pub struct PoolBuilder<M: Manager> {
+    manager: M,
+    max_size: usize,
+    min_idle: usize,
+    max_lifetime: Option<Duration>,
+    wait_timeout: Option<Duration>,
+    create_timeout: Option<Duration>,
+    recycle_timeout: Option<Duration>,
+    recycle: Recycle,
+    hooks: Hooks<M>,
+    settings: Settings,
+}
+
+impl<M: Manager> PoolBuilder<M> {
+    /// The defaults; see [`Pool::builder`].
+    pub(super) fn new(manager: M) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        PoolBuilder {
+            manager,
+            max_size: cores * 4,
+            min_idle: 0,
+            max_lifetime: None,
+            wait_timeout: None,
+            create_timeout: Some(Duration::from_secs(30)),
+            recycle_timeout: Some(Duration::from_secs(30)),
+            recycle: Recycle::Always,
+            hooks: Hooks::default(),
+            settings: Settings::new(Duration::from_secs(600), Duration::from_secs(30)),
+        }
+    }
+
+    /// The most objects that exist at once (idle, in use, or being created); `get` waits
+    /// when all exist and none is idle. Change it at run time with [`Pool::resize`].
+    /// Default: four per CPU core (as deadpool).
+    pub fn max_size(mut self, max_size: usize) -> Self {
+        self.max_size = max_size;
+        self
+    }
+
+    /// Keeps at least this many objects idle, creating them in the background (at build,
+    /// and whenever objects are dropped), within `max_size`; the reaper does not close idle
+    /// objects below it (objects past `max_lifetime` are still replaced). Needs a tokio
+    /// runtime at build; [`Pool::prewarm`] fills it on demand. Default: 0.
+    pub fn min_idle(mut self, min_idle: usize) -> Self {
+        self.min_idle = min_idle;
+        self
+    }
+
+    /// Drops an object once it is this old: at checkout (it is replaced, not handed out),
+    /// at return, and in the background reaper. Default: none.
+    pub fn max_lifetime(mut self, max_lifetime: Option<Duration>) -> Self {
+        self.max_lifetime = max_lifetime;
+        self
+    }
+
+    /// How long a `get` waits for an object or for room to create one before it fails with
+    /// [`PoolError::Timeout`](super::PoolError::Timeout) in step `wait`. Default: none (wait
+    /// until one comes back; bound a single call with [`Pool::get_timeout`]).
+    pub fn wait_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// How long one [`Manager::create`] may take; past it the creation is dropped and the
+    /// `get` fails with a timeout in step `create` (its room is given back). Default: 30 s.
+    pub fn create_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.create_timeout = timeout;
+        self
+    }
+
+    /// How long one [`Manager::recycle`] may take; past it the object is dropped and the
+    /// `get` goes on with another. The timer starts only if the recycle does not finish on
+    /// its first poll. Default: 30 s.
+    pub fn recycle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.recycle_timeout = timeout;
+        self
+    }
+
+    /// When idle objects are recycled before they go out again. Default:
+    /// [`Recycle::Always`].
+    pub fn recycle(mut self, policy: Recycle) -> Self {
+        self.recycle = policy;
+        self
+    }
+
+    /// Adds a hook run on every new object after [`Manager::create`] (in the order added);
+    /// an `Err` drops the object and fails the `get` with
+    /// [`PoolError::PostCreateHook`](super::PoolError::PostCreateHook).
+    pub fn post_create(mut self, hook: Hook<M>) -> Self {
+        self.hooks.post_create.push(hook);
+        self
+    }
+
+    /// Adds a hook run before [`Manager::recycle`]; an `Err` rejects the object as a failed
+    /// recycle does (it is dropped and the `get` goes on with another).
+    pub fn pre_recycle(mut self, hook: Hook<M>) -> Self {
+        self.hooks.pre_recycle.push(hook);
+        self
+    }
+
+    /// Adds a hook run after a successful [`Manager::recycle`]; an `Err` rejects the object
+    /// as a failed recycle does.
+    pub fn post_recycle(mut self, hook: Hook<M>) -> Self {
+        self.hooks.post_recycle.push(hook);
+        self
+    }
+
+    settings::setters! {
+        idle_timeout: "How long an object may sit idle before the background reaper drops it \
+                       (keeping `min_idle`). Default: 10 min.";
+        reap_interval: "How often the background reaper runs [`Pool::reap`] (idle timeout and \
+                        lifetime) and tops `min_idle` up. Default: every 30 s.";
+        clock: "The clock object ages and idle times are measured with. Default: \
+                `quanta::Clock::new()`.";
+    }
+
+    /// Builds the pool. Needs a tokio runtime for the background reaper and for `min_idle`
+    /// (without one the default reaper is off and `min_idle` is filled by
+    /// [`Pool::prewarm`] only).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
+    /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`, `wait_timeout`,
+    /// `create_timeout`, `recycle_timeout`, `idle_timeout` or `reap_interval`, or a reap
+    /// interval asked for outside a tokio runtime.
+    pub fn build(self) -> Result<Pool<M>, ConfigError> {
+        if self.max_size == 0 {
+            return Err(ConfigError::Zero("max_size"));
+        }
+        if self.max_size > MAX_SIZE {
+            return Err(ConfigError::TooLarge {
+                name: "max_size",
+                value: self.max_size as u64,
+                max: MAX_SIZE as u64,
+            });
+        }
+        if self.min_idle > self.max_size {
+            return Err(ConfigError::Inverted {
+                low: "min_idle",
+                low_value: self.min_idle as u64,
+                high: "max_size",
+                high_value: self.max_size as u64,
+            });
+        }
+        for (name, value) in [
+            ("max_lifetime", self.max_lifetime),
+            ("wait_timeout", self.wait_timeout),
+            ("create_timeout", self.create_timeout),
+            ("recycle_timeout", self.recycle_timeout),
+        ] {
+            if value.is_some_and(|d| d.is_zero()) {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        self.settings.check(Names::PLAIN)?;
+        let runtime = Handle::try_current().ok();
+        let reap_interval = self.settings.reap_interval(runtime.as_ref())?;
+        let slots = ExclusiveSlots::new(Capacity::Bounded(self.max_size))?;
+        let time = RecentClock::new(self.settings.clock_or(quanta::Clock::new), reap_interval);
+        let config = Config {
+            min_idle: self.min_idle,
+            max_lifetime: self.max_lifetime.map(nanos),
+            idle_timeout: nanos(self.settings.idle_timeout),
+            wait_timeout: self.wait_timeout,
+            create_timeout: self.create_timeout,
+            recycle_timeout: self.recycle_timeout,
+            recycle: self.recycle,
+            reads_clock: self.max_lifetime.is_some()
+                || matches!(self.recycle, Recycle::IdleLongerThan(_)),
+        };
+        let shared = Arc::new(Shared {
+            slots,
+            manager: self.manager,
+            hooks: self.hooks,
+            config,
+            time,
+            counters: Counters::default(),
+            runtime: runtime.clone(),
+            maintain: Arc::new(tokio::sync::Notify::new()),
+        });
+        let maintainer = match &runtime {
+            Some(runtime) if reap_interval.is_some() || self.min_idle > 0 => {
+                Some(maintain::spawn(runtime, &shared, reap_interval))
+            }
+            _ => None,
+        };
+        Ok(Pool {
+            handle: Arc::new(PoolHandle { shared, maintainer }),
+        })
+    }
+}
+
+impl<M: Manager> fmt::Debug for PoolBuilder<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBuilder")
+            .field("max_size", &self.max_size)
+            .field("min_idle", &self.min_idle)
+            .field("max_lifetime", &self.max_lifetime)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("create_timeout", &self.create_timeout)
+            .field("recycle_timeout", &self.recycle_timeout)
+            .field("recycle", &self.recycle)
+            .field("hooks", &self.hooks)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,113 @@
+//! Why a `get` returned no object: [`PoolError`], which says which step failed and whether a
+//! retry is safe.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::manager::HookError;
+use crate::error::Reach;
+use crate::panic::Panic;
+
+/// The step of a `get` (or of the pool's own work) that ran user code or waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Waiting for an object or for room to create one.
+    Wait,
+    /// [`Manager::create`](super::Manager::create).
+    Create,
+    /// The `post_create` hooks.
+    PostCreate,
+    /// The `pre_recycle` hooks.
+    PreRecycle,
+    /// [`Manager::recycle`](super::Manager::recycle).
+    Recycle,
+    /// The `post_recycle` hooks.
+    PostRecycle,
+    /// [`Manager::detach`](super::Manager::detach), or an object's destructor.
+    Detach,
+    /// The predicate of [`Pool::retain`](super::Pool::retain).
+    Retain,
+}
+
+impl Step {
+    /// The step's name, as the builder and the docs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Wait => "wait",
+            Step::Create => "create",
+            Step::PostCreate => "post_create",
+            Step::PreRecycle => "pre_recycle",
+            Step::Recycle => "recycle",
+            Step::PostRecycle => "post_recycle",
+            Step::Detach => "detach",
+            Step::Retain => "retain",
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why [`Pool::get`](super::Pool::get) (or `try_get`, `get_timeout`) returned no object.
+///
+/// Getting an object sends nothing to anyone: every variant is [`Reach::NotSent`] and a retry
+/// is safe ([`PoolError::reach`]). Whether a retry can succeed is another matter:
+/// [`PoolError::is_closed`] says when it cannot.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError<E: std::error::Error + 'static> {
+    /// A deadline passed: the pool's `wait_timeout` while waiting, its `create_timeout`
+    /// while creating, or the caller's [`get_timeout`](super::Pool::get_timeout) in whichever
+    /// step the `get` was (`step`). A recycle that outlives `recycle_timeout` does not fail
+    /// the `get`: that object is dropped and the `get` goes on.
+    #[error("timed out after {after:?} in step `{step}`")]
+    Timeout {
+        /// The step that was running when the deadline passed.
+        step: Step,
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// [`Manager::create`](super::Manager::create) failed; its room was given back.
+    #[error("creating an object failed: {0}")]
+    Create(#[source] E),
+    /// A `post_create` hook rejected the new object; it was dropped and its room given back.
+    #[error("the post_create hook rejected the new object: {0}")]
+    PostCreateHook(#[source] HookError<E>),
+    /// The pool was closed.
+    #[error("pool closed")]
+    Closed,
+    /// Nothing idle and no room to create ([`Pool::try_get`](super::Pool::try_get) only).
+    #[error("no object available without waiting")]
+    NoCapacity,
+    /// User code panicked in `step` (caught and logged); the object involved was dropped and
+    /// its room given back.
+    #[error("user code panicked in step `{step}`: {panic}")]
+    Panicked {
+        /// Where.
+        step: Step,
+        /// What it said.
+        panic: Panic,
+    },
+}
+
+impl<E: std::error::Error + 'static> PoolError<E> {
+    /// Always [`Reach::NotSent`]: getting an object sends nothing.
+    pub fn reach(&self) -> Reach {
+        Reach::NotSent
+    }
+
+    /// Whether the pool was closed (no retry can succeed).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, PoolError::Closed)
+    }
+
+    /// The step whose deadline passed, for a [`PoolError::Timeout`].
+    pub fn timed_out_in(&self) -> Option<Step> {
+        match self {
+            PoolError::Timeout { step, .. } => Some(*step),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,824 @@
+//! `slotpool::managed`: a general object pool (database connections, clients) for what
+//! services pool with deadpool or bb8, on a lock-free, loom-checked core.
+//!
+//! You write a [`Manager`] (how to create an object, and optionally how to check one before
+//! reuse); the [`Pool`] hands out [`Object`]s that deref to yours and go back on drop.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use slotpool::managed::{Manager, Pool, PoolError};
+//!
+//! /// A stand-in for a database client.
+//! struct Conn { queries: u64 }
+//!
+//! struct Connector;
+//! impl Manager for Connector {
+//!     type Type = Conn;
+//!     type Error = Infallible;
+//!     async fn create(&self) -> Result<Conn, Infallible> {
+//!         Ok(Conn { queries: 0 })
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = Pool::builder(Connector)
+//!     .max_size(16)
+//!     .max_lifetime(Some(Duration::from_secs(30 * 60)))
+//!     .build()?;
+//!
+//! let mut conn = pool.get().await?;          // or try_get(), get_timeout(d)
+//! conn.queries += 1;                          // DerefMut to your object
+//! drop(conn);                                 // back to the pool
+//!
+//! // Owned objects move into spawned tasks; the pool handle is a cheap clone.
+//! let task = tokio::spawn({
+//!     let pool = pool.clone();
+//!     async move { pool.get().await.map(|conn| conn.queries) }
+//! });
+//! assert_eq!(task.await??, 1, "the same connection came back");
+//!
+//! match pool.get_timeout(Duration::from_millis(100)).await {
+//!     Ok(_conn) => {}
+//!     Err(PoolError::Timeout { step, .. }) => println!("timed out in {step}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # The protocol
+//!
+//! Objects live in the exclusive cells of [`crate::exclusive`] (read its module docs for the
+//! proofs): a slot table whose slots each hold one object, plus a live count bounded by the
+//! pool's size.
+//!
+//! * **States.** A slot is Empty, Starting (claimed: its object is being created), Ready
+//!   with load 1 (in use, or being recycled) or Ready with load 0 (idle: the object sits in
+//!   the slot's cell, with the time it came back in the slot's idle word), or Draining.
+//! * **Fast path.** `get` joins the **lowest** idle slot: one bitmap load, one CAS on the
+//!   slot word, one load of the idle word on the same cache line; the object moves out of
+//!   the cell. A return moves it back, stores the idle word and releases the slot with one
+//!   CAS; the room bit of a slot stays set across a checkout (lazy hints), so neither side
+//!   touches the bitmap, and with nobody waiting neither takes a lock. Hot objects stay hot;
+//!   high slots go idle and are reaped.
+//! * **Slow path.** Nothing idle: take a unit of the live count (a CAS below the size) and
+//!   claim the lowest Empty slot, then create. No room either: wait on the table's gate,
+//!   FIFO. A return that finds waiters hands its slot (with the object in it) straight to the
+//!   oldest one; a caller that never waited cannot take it first.
+//! * **Orderings.** Every step on a slot word, the live count, the bound and the gate's state
+//!   is `SeqCst`; the four store-then-load pairs the protocol relies on (return vs waiter,
+//!   return vs resize or close, checkout vs reaper, retirement vs waiter) are the Dekker
+//!   pattern, each told where it is used and each a loom model in
+//!   `loom-tests/tests/managed.rs`.
+//!
+//! An object checked out holds its slot's unit and a reference that keeps the pool's state
+//! alive (moved in and out of the cell with the object, so a checkout writes no shared
+//! reference count); a return clones it for the few instructions of the check-in, as a
+//! concurrent close may drop the object's own. Checkout plus return is four locked
+//! instructions on an uncontended pool (the slot's CAS each way, and that clone and its
+//! drop); deadpool's is over ten, through a mutex and a semaphore.
+//!
+//! # The failure model
+//!
+//! Getting an object sends nothing, so every [`PoolError`] is `Reach::NotSent`: a retry is
+//! safe. The error says what failed: a timeout and in which [`Step`] (waiting, creating,
+//! recycling), the manager's create error, a `post_create` hook's rejection, the pool closed,
+//! or a panic of user code and where.
+//!
+//! * A failed or rejected **recycle** (the manager's `Err`, a hook's `Err`, a
+//!   `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
+//!   creates: it never fails the `get` by itself (a panic does: the caller learns of the bug).
+//! * A failed **create** gives its room back at once and fails the `get` that ran it.
+//! * **Panics** in the manager, the hooks, a predicate or a destructor are caught where the
+//!   pool calls the code (never a second panic), logged once, and become
+//!   [`PoolError::Panicked`] for the caller they touched; the object is dropped and its room
+//!   given back.
+//! * Every object is accounted for: idle, in use, or dropped exactly once ([`Stats`] says
+//!   why).
+//!
+//! # Cancellation, at each await of a `get`
+//!
+//! * **Waiting** for an object: dropping the future takes nothing. An object handed to it at
+//!   that moment goes to the next waiter (or back to idle); a wake-up it had received passes
+//!   on.
+//! * **Recycling**: the recycle future is dropped with the caller and the object, whose state
+//!   is then unknown, is dropped and its room given back (cleanly aborted, counted in
+//!   `discarded`).
+//! * **Creating**: the creation runs to its end on the pool's own task (spawned on the
+//!   runtime the pool was built in, or the current one), with its `create_timeout` and
+//!   hooks; the object then goes idle, to the oldest waiter if there is one (counted in
+//!   `created_off_caller`). Without a runtime it is dropped and its room given back.
+//!
+//! # Sizing, lifetimes, reaping
+//!
+//! [`Pool::resize`] changes the size at run time: growing wakes waiters; shrinking drops idle
+//! objects at once (highest slots first) and objects in use as they come back, never more
+//! than needed. [`Pool::retain`] drops idle objects a predicate rejects. `max_lifetime` is
+//! checked at checkout, at return and by the reaper; `idle_timeout` by the reaper, which
+//! keeps `min_idle` objects; `min_idle` is topped up in the background. [`Pool::close`] (or
+//! dropping the last handle) fails waiters with `Closed`, drops idle objects, and drops the
+//! objects in use as they come back.
+//!
+//! This module owns the objects' lifecycle; slots, the live count and waiting are
+//! [`crate::exclusive`]'s and the gate's.
+
+mod builder;
+mod contain;
+mod create;
+mod error;
+mod maintain;
+mod manager;
+mod object;
+mod stats;
+pub(crate) mod time;
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+pub use builder::{PoolBuilder, Recycle};
+pub use error::{PoolError, Step};
+pub use manager::{
+    Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
+};
+pub use object::Object;
+pub use stats::{Stats, Status};
+
+use contain::Contained;
+use create::Creating;
+use manager::{run_hooks, Hooks};
+use stats::Counters;
+use time::RecentClock;
+
+use crate::error::TryAcquireError;
+use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
+use crate::panic::{catch, report, Panic};
+use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering};
+
+/// The managed object pool. See the [module documentation](self).
+///
+/// A cheap handle: clones share one pool. Dropping the last handle closes the pool (as
+/// [`Pool::close`]) even while objects are out; they are dropped as they come back.
+pub struct Pool<M: Manager> {
+    handle: Arc<PoolHandle<M>>,
+}
+
+/// What the handles share: the state, and the background task dropped with the last handle.
+struct PoolHandle<M: Manager> {
+    shared: Arc<Shared<M>>,
+    maintainer: Option<tokio::task::AbortHandle>,
+}
+
+impl<M: Manager> Drop for PoolHandle<M> {
+    fn drop(&mut self) {
+        self.shared.close();
+        if let Some(maintainer) = &self.maintainer {
+            maintainer.abort();
+        }
+    }
+}
+
+/// The pool's state, shared by the handles, the objects (through their anchors) and the
+/// background task (through a `Weak`).
+struct Shared<M: Manager> {
+    slots: ExclusiveSlots<Pooled<M>>,
+    manager: M,
+    hooks: Hooks<M>,
+    config: Config,
+    time: RecentClock,
+    counters: Counters,
+    /// The runtime the pool was built in: where creations whose caller left are finished.
+    runtime: Option<tokio::runtime::Handle>,
+    /// Wakes the background task to top `min_idle` up (after objects were dropped).
+    maintain: Arc<tokio::sync::Notify>,
+}
+
+/// The checked settings (see the builder for each).
+#[derive(Debug)]
+struct Config {
+    min_idle: usize,
+    /// Nanoseconds.
+    max_lifetime: Option<u64>,
+    /// Nanoseconds.
+    idle_timeout: u64,
+    wait_timeout: Option<Duration>,
+    create_timeout: Option<Duration>,
+    recycle_timeout: Option<Duration>,
+    recycle: Recycle,
+    /// Whether a checkout reads the clock (a lifetime cap, or recycling by idle time).
+    reads_clock: bool,
+}
+
+/// What a slot holds: the object, what the pool knows of it, and its anchor.
+struct Pooled<M: Manager> {
+    object: M::Type,
+    stamps: Stamps,
+    /// The object's own reference to the pool's state: moves with the object, so a checkout
+    /// writes no shared count (see the module docs, "The protocol").
+    anchor: Arc<CachePadded<Anchor<M>>>,
+}
+
+/// One per object: what keeps the pool's state alive while the object is out.
+struct Anchor<M: Manager> {
+    shared: Arc<Shared<M>>,
+}
+
+/// [`Meta`] as stamps (nanoseconds on the pool's clock).
+#[derive(Debug, Clone, Copy)]
+struct Stamps {
+    created: u64,
+    returned: Option<u64>,
+    recycle_count: u64,
+}
+
+/// Why an object left the pool (for the counters and the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    Discarded,
+    Expired,
+    Reaped,
+    Surplus,
+    RetainedOut,
+}
+
+/// How handing out an idle object went.
+enum Readied<M: Manager> {
+    /// It is the caller's.
+    Object(Object<M>),
+    /// It was rejected and dropped: try the next.
+    Rejected,
+    /// The `get` fails.
+    Failed(PoolError<M::Error>),
+}
+
+/// Records the step a `get` is in, for `get_timeout`'s error (an atomic on the caller's
+/// stack, so the `get` future stays `Send`).
+#[derive(Clone, Copy)]
+struct Track<'a>(Option<&'a AtomicUsize>);
+
+impl Track<'_> {
+    const STEPS: [Step; 3] = [Step::Wait, Step::Create, Step::Recycle];
+
+    fn enter(self, step: Step) {
+        if let Some(cell) = self.0 {
+            let index = Self::STEPS.iter().position(|&s| s == step).unwrap_or(0);
+            cell.store(index, Ordering::Relaxed);
+        }
+    }
+
+    fn step(cell: &AtomicUsize) -> Step {
+        Self::STEPS[cell.load(Ordering::Relaxed) % Self::STEPS.len()]
+    }
+}
+
+impl<M: Manager> Pool<M> {
+    /// Starts configuring a pool of objects made by `manager`.
+    pub fn builder(manager: M) -> PoolBuilder<M> {
+        PoolBuilder::new(manager)
+    }
+
+    fn shared(&self) -> &Arc<Shared<M>> {
+        &self.handle.shared
+    }
+
+    /// Returns an idle object (lowest slot first, recycled as the policy says), or creates
+    /// one if the pool has room, or waits (FIFO) for one to come back.
+    ///
+    /// Cancel-safe at every await; see the [module documentation](self#cancellation-at-each-await-of-a-get).
+    ///
+    /// # Errors
+    /// See [`PoolError`]: `Closed`, a `Timeout` (the pool's `wait_timeout` or
+    /// `create_timeout`), `Create`, `PostCreateHook`, `Panicked`.
+    pub async fn get(&self) -> Result<Object<M>, PoolError<M::Error>> {
+        let shared = self.shared();
+        shared
+            .get(shared.config.wait_timeout, true, Track(None))
+            .await
+    }
+
+    /// Like [`Pool::get`] but never waits for another caller: an idle object, or a new one if
+    /// the pool has room (the creation and a recycle are awaited).
+    ///
+    /// # Errors
+    /// [`PoolError::NoCapacity`] when every object is in use and the pool is full; otherwise
+    /// as [`Pool::get`].
+    pub async fn try_get(&self) -> Result<Object<M>, PoolError<M::Error>> {
+        self.shared().get(None, false, Track(None)).await
+    }
+
+    /// [`Pool::get`] with a deadline `timeout` from now over all its steps (instead of the
+    /// pool's `wait_timeout`). When it passes, the error says which step was running; the
+    /// step is cancelled as the module docs say (a creation goes on off this caller).
+    ///
+    /// # Errors
+    /// [`PoolError::Timeout`] with the step, otherwise as [`Pool::get`].
+    pub async fn get_timeout(&self, timeout: Duration) -> Result<Object<M>, PoolError<M::Error>> {
+        let step = AtomicUsize::new(0);
+        let get = self.shared().get(None, true, Track(Some(&step)));
+        match tokio::time::timeout(timeout, get).await {
+            Ok(result) => result,
+            Err(_) => Err(PoolError::Timeout {
+                step: Track::step(&step),
+                after: timeout,
+            }),
+        }
+    }
+
+    /// Sets the pool's size (its `max_size`) at run time. Growing wakes callers waiting for
+    /// room; shrinking drops idle objects beyond the new size now (highest slots first) and
+    /// objects in use beyond it as they come back. A closed pool stays closed.
+    ///
+    /// # Errors
+    /// [`ConfigError::TooLarge`](crate::ConfigError::TooLarge) naming `resize` above
+    /// [`MAX_SIZE`](crate::exclusive::MAX_SIZE). (Zero is allowed: it drains the pool until
+    /// it is resized again.)
+    pub fn resize(&self, max_size: usize) -> Result<(), crate::ConfigError> {
+        let shared = self.shared();
+        let dropped = shared.slots.resize(max_size)?;
+        shared.dispose(dropped, Gone::Surplus);
+        shared.maintain.notify_one();
+        Ok(())
+    }
+
+    /// Drops every idle object `keep` rejects (after [`Manager::detach`]) and returns how
+    /// many it kept and dropped. Each object is taken from its slot while `keep` looks at it,
+    /// as a checkout would take it, so nobody else can have it meanwhile; objects in use are
+    /// not visited. A `keep` that panics drops that object (the panic is logged and counted).
+    pub fn retain(&self, mut keep: impl FnMut(&M::Type, Meta) -> bool) -> Retained {
+        let shared = self.shared();
+        let mut kept = 0;
+        let mut panics = 0;
+        let removed = shared.slots.retain(|pooled| {
+            let meta = shared.meta(pooled.stamps);
+            match catch(|| keep(&pooled.object, meta)) {
+                Ok(true) => {
+                    kept += 1;
+                    true
+                }
+                Ok(false) => false,
+                Err(panic) => {
+                    panics += 1;
+                    shared.panicked(Step::Retain, &panic);
+                    false
+                }
+            }
+        });
+        let dropped = removed.len();
+        shared.dispose(removed, Gone::RetainedOut);
+        Retained {
+            kept,
+            dropped,
+            panics,
+        }
+    }
+
+    /// One reaper pass at `now` on the pool's clock: drops idle objects past `max_lifetime`,
+    /// and idle ones past `idle_timeout` (plus the background reap interval, if the pool runs
+    /// one: returns are stamped without a clock read and may be that early) beyond the
+    /// lowest `min_idle`. Returns how many it dropped. An object checked out concurrently is
+    /// never dropped.
+    pub fn reap(&self, now: quanta::Instant) -> usize {
+        self.shared().reap(now)
+    }
+
+    /// Creates objects until `min_idle` are idle (or the pool is full, closed, or a creation
+    /// fails); returns how many it created. The background task does the same on its own
+    /// when the pool was built inside a tokio runtime.
+    pub async fn prewarm(&self) -> usize {
+        self.shared().top_up().await
+    }
+
+    /// Closes the pool: waiters and later `get`s get [`PoolError::Closed`], idle objects are
+    /// dropped now, objects in use when they come back. Idempotent.
+    pub fn close(&self) {
+        self.shared().close();
+    }
+
+    /// Whether the pool was closed.
+    pub fn is_closed(&self) -> bool {
+        self.shared().slots.is_closed()
+    }
+
+    /// The gauges now (scans the slots).
+    pub fn status(&self) -> Status {
+        self.shared().status()
+    }
+
+    /// The gauges and the counters (scans the slots).
+    pub fn stats(&self) -> Stats {
+        let shared = self.shared();
+        let c = &shared.counters;
+        Stats {
+            status: shared.status(),
+            gets: shared.slots.counts().checkouts,
+            waits: c.waits.get(),
+            created: c.created.get(),
+            created_off_caller: c.created_off_caller.get(),
+            create_failures: c.create_failures.get(),
+            recycled: c.recycled.get(),
+            discarded: c.discarded.get(),
+            expired: c.expired.get(),
+            reaped: c.reaped.get(),
+            surplus: c.surplus.get(),
+            retained_out: c.retained_out.get(),
+            detached: c.detached.get(),
+            panics: c.panics.get(),
+        }
+    }
+
+    /// The manager.
+    pub fn manager(&self) -> &M {
+        &self.shared().manager
+    }
+
+    /// The clock the pool measures ages and idle times with.
+    pub fn clock(&self) -> &quanta::Clock {
+        &self.shared().time.clock
+    }
+}
+
+impl<M: Manager> Clone for Pool<M> {
+    fn clone(&self) -> Self {
+        Pool {
+            handle: Arc::clone(&self.handle),
+        }
+    }
+}
+
+impl<M: Manager> fmt::Debug for Pool<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Pool::retain`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retained {
+    /// Idle objects kept.
+    pub kept: usize,
+    /// Idle objects dropped (rejected, or their predicate panicked).
+    pub dropped: usize,
+    /// Predicate calls that panicked.
+    pub panics: usize,
+}
+
+impl<M: Manager> Shared<M> {
+    /// The whole `get`: a plain try first (the common case never builds the wait), then
+    /// waiting (unless `wait` is false), then readying the object.
+    async fn get(
+        self: &Arc<Self>,
+        wait_timeout: Option<Duration>,
+        wait: bool,
+        track: Track<'_>,
+    ) -> Result<Object<M>, PoolError<M::Error>> {
+        loop {
+            let checkout = match self.slots.try_checkout() {
+                Ok(checkout) => checkout,
+                Err(TryAcquireError::Closed) => return Err(PoolError::Closed),
+                Err(_) if !wait => return Err(PoolError::NoCapacity),
+                Err(_) => {
+                    track.enter(Step::Wait);
+                    self.wait(wait_timeout).await?
+                }
+            };
+            match checkout {
+                Checkout::Idle { lease, value } => match self.ready(lease, value, track).await {
+                    Readied::Object(object) => return Ok(object),
+                    Readied::Failed(error) => return Err(error),
+                    Readied::Rejected => {}
+                },
+                Checkout::Vacant { lease } => {
+                    track.enter(Step::Create);
+                    return Creating::new(Arc::clone(self), lease).await;
+                }
+            }
+        }
+    }
+
+    /// Waits on the table's gate (after a failed try), counting the wait.
+    async fn wait(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<Checkout<Pooled<M>>, PoolError<M::Error>> {
+        self.counters.waits.incr();
+        let wait = self.slots.checkout();
+        let checkout = match timeout {
+            None => wait.await,
+            Some(after) => match tokio::time::timeout(after, wait).await {
+                Ok(checkout) => checkout,
+                Err(_) => {
+                    return Err(PoolError::Timeout {
+                        step: Step::Wait,
+                        after,
+                    })
+                }
+            },
+        };
+        checkout.map_err(|_| PoolError::Closed)
+    }
+
+    /// Hands out an idle object: checks its age and recycles it as the policy says.
+    #[inline]
+    async fn ready(
+        self: &Arc<Self>,
+        lease: Lease,
+        pooled: Pooled<M>,
+        track: Track<'_>,
+    ) -> Readied<M> {
+        let config = &self.config;
+        let due = if config.reads_clock {
+            let now = self.time.now();
+            if self.expired(pooled.stamps, now) {
+                self.discard(lease, pooled, Gone::Expired);
+                return Readied::Rejected;
+            }
+            match config.recycle {
+                Recycle::Always => true,
+                Recycle::Never => false,
+                Recycle::IdleLongerThan(idle) => {
+                    let since = pooled.stamps.returned.unwrap_or(pooled.stamps.created);
+                    now.saturating_sub(since) > crate::pool::reap::nanos(idle)
+                }
+            }
+        } else {
+            config.recycle == Recycle::Always
+        };
+        if !due {
+            return Readied::Object(Object::new(lease, pooled));
+        }
+        track.enter(Step::Recycle);
+        // Dropped with the caller mid-recycle, the guard drops the object (module docs).
+        let mut held = Recycling {
+            shared: self,
+            held: Some((lease, pooled)),
+        };
+        let outcome = match held.held.as_mut() {
+            Some((_, pooled)) => self.recycle(pooled).await,
+            None => Ok(()),
+        };
+        let Some((lease, mut pooled)) = held.held.take() else {
+            return Readied::Rejected;
+        };
+        match outcome {
+            Ok(()) => {
+                pooled.stamps.recycle_count += 1;
+                self.counters.recycled.incr();
+                Readied::Object(Object::new(lease, pooled))
+            }
+            Err(None) => {
+                self.discard(lease, pooled, Gone::Discarded);
+                Readied::Rejected
+            }
+            Err(Some((step, panic))) => {
+                self.discard(lease, pooled, Gone::Discarded);
+                Readied::Failed(PoolError::Panicked { step, panic })
+            }
+        }
+    }
+
+    /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
+    /// (logged); `Err(Some(..))`: user code panicked (logged).
+    async fn recycle(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
+        let meta = self.meta(pooled.stamps);
+        let object = &mut pooled.object;
+        if !self.hooks.pre_recycle.is_empty() {
+            self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
+                .await?;
+        }
+        let recycled = match catch(|| self.manager.recycle(object, &meta)) {
+            Ok(recycle) => {
+                let mut recycle = pin!(Contained::new(recycle));
+                // The first poll inline; the timer only for a recycle that has to wait.
+                match poll_fn(|cx| Poll::Ready(recycle.as_mut().poll(cx))).await {
+                    Poll::Ready(done) => done,
+                    Poll::Pending => match self.config.recycle_timeout {
+                        None => recycle.await,
+                        Some(after) => match tokio::time::timeout(after, recycle).await {
+                            Ok(done) => done,
+                            Err(_) => {
+                                tracing::warn!(?after, "recycle timed out; object dropped");
+                                return Err(None);
+                            }
+                        },
+                    },
+                }
+            }
+            Err(panic) => Err(panic),
+        };
+        match recycled {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "recycle rejected an object");
+                return Err(None);
+            }
+            Err(panic) => {
+                self.panicked(Step::Recycle, &panic);
+                return Err(Some((Step::Recycle, panic)));
+            }
+        }
+        if !self.hooks.post_recycle.is_empty() {
+            self.hooks_ok(Step::PostRecycle, &self.hooks.post_recycle, object, &meta)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs recycle hooks under a panic guard.
+    async fn hooks_ok(
+        &self,
+        step: Step,
+        hooks: &[manager::Hook<M>],
+        object: &mut M::Type,
+        meta: &Meta,
+    ) -> Result<(), Option<(Step, Panic)>> {
+        match Contained::new(run_hooks(hooks, object, meta)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, %step, "a hook rejected an object");
+                Err(None)
+            }
+            Err(panic) => {
+                self.panicked(step, &panic);
+                Err(Some((step, panic)))
+            }
+        }
+    }
+
+    /// Whether an object created at `stamps.created` is past `max_lifetime` at `now`.
+    fn expired(&self, stamps: Stamps, now: u64) -> bool {
+        self.config
+            .max_lifetime
+            .is_some_and(|lifetime| now.saturating_sub(stamps.created) >= lifetime)
+    }
+
+    fn meta(&self, stamps: Stamps) -> Meta {
+        Meta {
+            created: self.time.instant(stamps.created),
+            returned: stamps.returned.map(|at| self.time.instant(at)),
+            recycle_count: stamps.recycle_count,
+        }
+    }
+
+    /// Counts and logs a caught panic of user code.
+    fn panicked(&self, step: Step, panic: &Panic) {
+        self.counters.panics.incr();
+        report(
+            match step {
+                Step::Wait => "managed pool",
+                Step::Create => "manager create",
+                Step::PostCreate => "post_create hook",
+                Step::PreRecycle => "pre_recycle hook",
+                Step::Recycle => "manager recycle",
+                Step::PostRecycle => "post_recycle hook",
+                Step::Detach => "manager detach or a destructor",
+                Step::Retain => "retain predicate",
+            },
+            panic,
+        );
+    }
+
+    /// Drops an object the caller holds (rejected or expired): its room goes back first.
+    fn discard(&self, lease: Lease, pooled: Pooled<M>, why: Gone) {
+        self.slots.retire(lease);
+        self.dispose([pooled], why);
+    }
+
+    /// Drops objects that left the pool (their slots already retired): detach, then drop,
+    /// each under a panic guard; counts them and wakes the background task to top up.
+    fn dispose(&self, objects: impl IntoIterator<Item = Pooled<M>>, why: Gone) {
+        let mut count = 0u64;
+        for pooled in objects {
+            count += 1;
+            let Pooled { mut object, .. } = pooled;
+            if let Err(panic) = catch(|| self.manager.detach(&mut object)) {
+                self.panicked(Step::Detach, &panic);
+            }
+            if let Err(panic) = catch(move || drop(object)) {
+                self.panicked(Step::Detach, &panic);
+            }
+        }
+        if count == 0 {
+            return;
+        }
+        let counter = match why {
+            Gone::Discarded => &self.counters.discarded,
+            Gone::Expired => &self.counters.expired,
+            Gone::Reaped => &self.counters.reaped,
+            Gone::Surplus => &self.counters.surplus,
+            Gone::RetainedOut => &self.counters.retained_out,
+        };
+        counter.add(count);
+        tracing::debug!(objects = count, why = ?why, "objects dropped");
+        if self.config.min_idle > 0 {
+            self.maintain.notify_one();
+        }
+    }
+
+    /// Takes an object back from its holder: into its slot idle (or to the oldest waiter),
+    /// or dropped if it is past its lifetime or the pool is over its size or closed.
+    #[inline]
+    fn check_in(&self, lease: Lease, mut pooled: Pooled<M>) {
+        // Not before its creation (which read the clock): the recent time may lag behind.
+        let stamp = self.time.recent().max(pooled.stamps.created);
+        if self.config.max_lifetime.is_some() && self.expired(pooled.stamps, stamp) {
+            self.discard(lease, pooled, Gone::Expired);
+            return;
+        }
+        pooled.stamps.returned = Some(stamp);
+        match self.slots.check_in(lease, pooled, stamp) {
+            CheckIn::Kept => {}
+            CheckIn::Surplus(pooled) => self.dispose([pooled], Gone::Surplus),
+            CheckIn::Trimmed(objects) => self.dispose(objects, Gone::Surplus),
+        }
+    }
+
+    /// One reaper pass (see [`Pool::reap`]).
+    fn reap(&self, now: quanta::Instant) -> usize {
+        let now = self.time.stamp(now);
+        self.time.passed(now);
+        let idle_timeout = self.config.idle_timeout.saturating_add(self.time.staleness);
+        let keep = self.config.min_idle;
+        let mut idle_seen = 0usize;
+        let reaped = self.slots.reap_by(|stamps| {
+            idle_seen += 1;
+            let lifetime = self
+                .config
+                .max_lifetime
+                .is_some_and(|lifetime| now.saturating_sub(stamps.born) >= lifetime);
+            let idle = idle_seen > keep && now.saturating_sub(stamps.idle_since) >= idle_timeout;
+            lifetime || idle
+        });
+        let count = reaped.len();
+        let (aged, idle): (Vec<_>, Vec<_>) = reaped
+            .into_iter()
+            .map(|(pooled, _)| pooled)
+            .partition(|pooled| self.expired(pooled.stamps, now));
+        self.dispose(aged, Gone::Expired);
+        self.dispose(idle, Gone::Reaped);
+        count
+    }
+
+    /// Closes the pool (see [`Pool::close`]).
+    fn close(&self) {
+        self.slots.close();
+        let idle = self
+            .slots
+            .reap(|_| true)
+            .into_iter()
+            .map(|(pooled, _)| pooled);
+        self.dispose(idle, Gone::Surplus);
+    }
+
+    fn status(&self) -> Status {
+        let counts = self.slots.counts();
+        Status {
+            max_size: counts.size.unwrap_or(usize::MAX),
+            size: self.slots.live(),
+            available: counts.idle,
+            in_use: counts.live.saturating_sub(counts.idle),
+            waiting: counts.table.waiting,
+        }
+    }
+
+    /// Creates objects until `min_idle` are idle (see [`Pool::prewarm`]).
+    async fn top_up(self: &Arc<Self>) -> usize {
+        let mut created = 0;
+        while self.slots.counts().idle < self.config.min_idle {
+            let Some(lease) = self.slots.try_open() else {
+                break;
+            };
+            match Creating::new(Arc::clone(self), lease).await {
+                // Dropped at once: it goes idle.
+                Ok(object) => {
+                    drop(object);
+                    created += 1;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "creating an object for min_idle failed");
+                    break;
+                }
+            }
+        }
+        created
+    }
+}
+
+/// An idle object taken for recycling: dropped (its room given back) if the `get` is
+/// cancelled before the recycle ends.
+struct Recycling<'a, M: Manager> {
+    shared: &'a Shared<M>,
+    held: Option<(Lease, Pooled<M>)>,
+}
+
+impl<M: Manager> Drop for Recycling<'_, M> {
+    fn drop(&mut self) {
+        if let Some((lease, pooled)) = self.held.take() {
+            tracing::debug!("get cancelled while recycling; object dropped");
+            self.shared.discard(lease, pooled, Gone::Discarded);
+        }
+    }
+}

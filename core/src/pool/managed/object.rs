@@ -1,0 +1,127 @@
+//! [`Object`]: exclusive use of one pooled object, returned to the pool on drop.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use super::{Manager, Meta, Pooled, Step};
+use crate::exclusive::Lease;
+use crate::panic::catch;
+use crate::sync::Arc;
+
+/// Exclusive use of one object of a [`Pool`](super::Pool). Owned (`'static`): it can move into
+/// a spawned task, and it keeps the pool's state alive (not the pool handle: dropping the last
+/// handle closes the pool, and this object is dropped when it comes back). Derefs to the
+/// object; on drop the object goes back to the pool (to the oldest waiter, if any), or is
+/// dropped if it is past its lifetime or the pool shrank or closed.
+#[must_use = "dropping the object returns it to the pool at once"]
+pub struct Object<M: Manager> {
+    /// The slot. `None` only once returned or taken.
+    lease: Option<Lease>,
+    /// The object. `None` only once returned or taken.
+    pooled: Option<Pooled<M>>,
+}
+
+impl<M: Manager> Object<M> {
+    #[inline]
+    pub(super) fn new(lease: Lease, pooled: Pooled<M>) -> Self {
+        Object {
+            lease: Some(lease),
+            pooled: Some(pooled),
+        }
+    }
+
+    fn pooled(&self) -> &Pooled<M> {
+        match &self.pooled {
+            Some(pooled) => pooled,
+            None => unreachable!("an object holds its value until dropped or taken"),
+        }
+    }
+
+    /// Takes the object out of the pool for good: the pool calls [`Manager::detach`], frees
+    /// its room (a waiter may create another), and hands it over.
+    pub fn take(mut this: Self) -> M::Type {
+        let (Some(lease), Some(pooled)) = (this.lease.take(), this.pooled.take()) else {
+            unreachable!("an object holds its value until dropped or taken")
+        };
+        let Pooled {
+            mut object, anchor, ..
+        } = pooled;
+        let shared = &anchor.shared;
+        if let Err(panic) = catch(|| shared.manager.detach(&mut object)) {
+            shared.panicked(Step::Detach, &panic);
+        }
+        shared.slots.retire(lease);
+        shared.counters.detached.incr();
+        if shared.config.min_idle > 0 {
+            shared.maintain.notify_one();
+        }
+        object
+    }
+
+    /// What the pool knows about the object (creation, last return, recycles).
+    pub fn meta(this: &Self) -> Meta {
+        let pooled = this.pooled();
+        pooled.anchor.shared.meta(pooled.stamps)
+    }
+
+    /// The object's slot (lower slots are reused first; for logs).
+    pub fn slot(this: &Self) -> usize {
+        this.lease.as_ref().map_or(usize::MAX, Lease::index)
+    }
+}
+
+impl<M: Manager> Deref for Object<M> {
+    type Target = M::Type;
+
+    #[inline]
+    fn deref(&self) -> &M::Type {
+        &self.pooled().object
+    }
+}
+
+impl<M: Manager> DerefMut for Object<M> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut M::Type {
+        match &mut self.pooled {
+            Some(pooled) => &mut pooled.object,
+            None => unreachable!("an object holds its value until dropped or taken"),
+        }
+    }
+}
+
+impl<M: Manager> AsRef<M::Type> for Object<M> {
+    fn as_ref(&self) -> &M::Type {
+        self
+    }
+}
+
+impl<M: Manager> AsMut<M::Type> for Object<M> {
+    fn as_mut(&mut self) -> &mut M::Type {
+        self
+    }
+}
+
+impl<M: Manager> Drop for Object<M> {
+    #[inline]
+    fn drop(&mut self) {
+        let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) else {
+            return;
+        };
+        // Our own count for the check-in: once the object is back in its cell, a `close` may
+        // drop it (and its anchor) while the table release still runs.
+        let anchor = Arc::clone(&pooled.anchor);
+        anchor.shared.check_in(lease, pooled);
+    }
+}
+
+impl<M: Manager> fmt::Debug for Object<M>
+where
+    M::Type: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Object")
+            .field("slot", &Object::slot(self))
+            .field("object", &self.pooled.as_ref().map(|p| &p.object))
+            .finish()
+    }
+}

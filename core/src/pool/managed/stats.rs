@@ -1,0 +1,103 @@
+//! What a managed pool reports: [`Status`] (deadpool's gauges, by their names) and [`Stats`]
+//! (those gauges and every counter), and the counters behind them.
+
+use crate::sync::Counter;
+
+/// The pool's gauges now (a snapshot; deadpool's `Status`, field for field).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The most objects that may exist ([`Pool::resize`](super::Pool::resize); 0 once
+    /// closed).
+    pub max_size: usize,
+    /// Objects that exist: idle, in use, or being created.
+    pub size: usize,
+    /// Idle objects.
+    pub available: usize,
+    /// Objects in use (or being created).
+    pub in_use: usize,
+    /// Callers waiting for an object.
+    pub waiting: usize,
+}
+
+/// A snapshot of a managed pool's gauges and counters. Counters only grow.
+///
+/// Accounting: every object created is, at any moment, idle, in use, or gone, and each gone
+/// object is counted once in exactly one of `discarded`, `expired`, `reaped`, `surplus`,
+/// `retained_out` or `detached`:
+/// `created == size + discarded + expired + reaped + surplus + retained_out + detached`
+/// once nothing is being created (objects being created count in `size` before `created`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// The gauges.
+    pub status: Status,
+    /// `get`s that returned an object.
+    pub gets: u64,
+    /// `get`s that had to wait.
+    pub waits: u64,
+    /// Objects created (including those finished off a cancelled caller, and by
+    /// `min_idle`).
+    pub created: u64,
+    /// Creations finished on the pool's own task after their caller stopped waiting.
+    pub created_off_caller: u64,
+    /// Creations that failed: the manager's errors, create timeouts, `post_create`
+    /// rejections, panics in either.
+    pub create_failures: u64,
+    /// Idle objects recycled and handed out.
+    pub recycled: u64,
+    /// Objects dropped because recycling rejected them (the manager's or a hook's `Err`, a
+    /// recycle timeout, a panic, or a caller cancelled during the recycle).
+    pub discarded: u64,
+    /// Objects dropped for their age (`max_lifetime`).
+    pub expired: u64,
+    /// Idle objects dropped by the reaper (`idle_timeout`).
+    pub reaped: u64,
+    /// Objects dropped because the pool was over its size (shrunk or closed).
+    pub surplus: u64,
+    /// Idle objects dropped by [`Pool::retain`](super::Pool::retain).
+    pub retained_out: u64,
+    /// Objects taken out of the pool with [`Object::take`](super::Object::take).
+    pub detached: u64,
+    /// Panics of user code caught by the pool.
+    pub panics: u64,
+}
+
+/// The counters (cold paths; striped, see `crate::sync::Counter`).
+pub(super) struct Counters {
+    pub(super) waits: Counter,
+    pub(super) created: Counter,
+    pub(super) created_off_caller: Counter,
+    pub(super) create_failures: Counter,
+    pub(super) recycled: Counter,
+    pub(super) discarded: Counter,
+    pub(super) expired: Counter,
+    pub(super) reaped: Counter,
+    pub(super) surplus: Counter,
+    pub(super) retained_out: Counter,
+    pub(super) detached: Counter,
+    pub(super) panics: Counter,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            waits: Counter::new(),
+            created: Counter::new(),
+            created_off_caller: Counter::new(),
+            create_failures: Counter::new(),
+            recycled: Counter::new(),
+            discarded: Counter::new(),
+            expired: Counter::new(),
+            reaped: Counter::new(),
+            surplus: Counter::new(),
+            retained_out: Counter::new(),
+            detached: Counter::new(),
+            panics: Counter::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters").finish_non_exhaustive()
+    }
+}

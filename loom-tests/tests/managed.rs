@@ -1,0 +1,456 @@
+#![cfg(slotpool_loom)]
+//! Loom models of the protocol under the managed pool (`slotpool::managed::Pool`): the
+//! exclusive cell (`slotpool::exclusive::ExclusiveSlots`) with its lazy room hints, its
+//! resizable live count, hand-overs to waiters and the reaper's handshake. The tokio pool is
+//! compiled out under loom; everything it does to slots (checkout, wait, return, retire,
+//! resize, retain, reap, close) is one of the calls modelled here, on the real code.
+//!
+//! Each model counts, across its executions, that the path it is named for ran at least once
+//! (and that loom explored more than one execution), so a model cannot pass by never reaching
+//! its race.
+//!
+//! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release -p
+//! slotpool-loom-tests --test managed --target-dir target/loom`.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize as StdCount, Ordering as StdOrdering};
+use std::task::{Context, Poll};
+
+use loom::future::block_on;
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use slotpool::exclusive::{CheckIn, Checkout, ExclusiveSlots, IdleStamps};
+use slotpool::{Capacity, Closed, TryAcquireError};
+
+/// Counts across the executions of one model (a plain std atomic: it is not part of what
+/// loom explores).
+struct Reached(StdCount);
+
+impl Reached {
+    const fn new() -> Self {
+        Reached(StdCount::new(0))
+    }
+
+    fn hit(&self) {
+        self.0.fetch_add(1, StdOrdering::Relaxed);
+    }
+
+    fn count(&self) -> usize {
+        self.0.load(StdOrdering::Relaxed)
+    }
+}
+
+fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(std::task::Waker::noop()))
+}
+
+/// A future that counts how often it returned `Pending` (to tell whether a checkout waited).
+struct CountPending<F> {
+    inner: F,
+    pending: usize,
+}
+
+impl<F: Future + Unpin> Future for CountPending<F> {
+    type Output = (F::Output, usize);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.inner).poll(cx) {
+            Poll::Ready(output) => Poll::Ready((output, self.pending)),
+            Poll::Pending => {
+                self.pending += 1;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Waits for a checkout, reporting how many times it had to wait.
+fn checkout_counting(slots: &ExclusiveSlots<u32>) -> (Result<Checkout<u32>, Closed>, usize) {
+    block_on(CountPending {
+        inner: Box::pin(slots.checkout()),
+        pending: 0,
+    })
+}
+
+/// A table of `size` slots holding `values` idle, in slots 0, 1, … (idle stamp 0, born 0).
+fn idle_values(size: usize, values: &[u32]) -> ExclusiveSlots<u32> {
+    let slots = ExclusiveSlots::new(Capacity::Bounded(size)).unwrap();
+    let leases: Vec<_> = values
+        .iter()
+        .map(|_| match slots.try_checkout() {
+            Ok(Checkout::Vacant { lease }) => lease,
+            other => panic!("an empty table claims, got {other:?}"),
+        })
+        .collect();
+    for (lease, &value) in leases.into_iter().zip(values) {
+        slots.occupy_born(&lease, 0);
+        assert!(matches!(slots.check_in(lease, value, 0), CheckIn::Kept));
+    }
+    assert_eq!(slots.live(), values.len());
+    slots
+}
+
+/// Takes the idle value of the lowest slot.
+fn take(slots: &ExclusiveSlots<u32>) -> (slotpool::exclusive::Lease, u32) {
+    match slots.try_checkout() {
+        Ok(Checkout::Idle { lease, value }) => (lease, value),
+        other => panic!("an idle value, got {other:?}"),
+    }
+}
+
+/// After a model: nothing held, nothing waiting, and the live count is what the slots show.
+fn assert_settled(slots: &ExclusiveSlots<u32>) {
+    let counts = slots.counts();
+    assert_eq!(
+        counts.table.in_flight, 0,
+        "a unit is still held: {counts:?}"
+    );
+    assert_eq!(
+        counts.table.waiting, 0,
+        "a waiter is still queued: {counts:?}"
+    );
+    assert_eq!(
+        counts.live,
+        slots.live(),
+        "the live count drifted: {counts:?}"
+    );
+    assert_eq!(counts.idle, counts.live, "a value is neither idle nor gone");
+}
+
+/// A checkout that waits, polled once and dropped, racing the return of the only value (the
+/// table's lazy room bit of the returned slot is still set from the checkout). Whether the
+/// return found the waiter queued (and handed the slot over) or not, the value ends idle in
+/// its slot and the next checkout gets it: the cancelled waiter took nothing.
+#[test]
+fn get_cancelled_after_one_poll_while_waiting() {
+    static HANDED_THEN_DROPPED: Reached = Reached::new();
+    static DROPPED_FIRST: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let returned = Arc::new(AtomicBool::new(false));
+        let (lease, value) = take(&slots);
+        let mut wait = Box::pin(slots.checkout());
+        assert!(
+            poll_once(wait.as_mut()).is_pending(),
+            "the only value is held"
+        );
+        let releaser = {
+            let (slots, returned) = (Arc::clone(&slots), Arc::clone(&returned));
+            thread::spawn(move || {
+                assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+                returned.store(true, Ordering::SeqCst);
+            })
+        };
+        // While this waiter is queued, a return can only hand the slot to it.
+        if returned.load(Ordering::SeqCst) && slots.counts().table.in_flight == 1 {
+            HANDED_THEN_DROPPED.hit();
+        } else {
+            DROPPED_FIRST.hit();
+        }
+        drop(wait);
+        releaser.join().unwrap();
+        assert_settled(&slots);
+        let (lease, value) = take(&slots);
+        assert_eq!(value, 7, "the value survived the cancelled waiter");
+        assert!(matches!(slots.check_in(lease, value, 3), CheckIn::Kept));
+    });
+    assert!(
+        HANDED_THEN_DROPPED.count() > 0,
+        "no execution handed the slot to the waiter before it was dropped"
+    );
+    assert!(DROPPED_FIRST.count() > 0);
+}
+
+/// A hand-over to a waiter that is cancelled at that moment goes to the next waiter: the first
+/// waiter is queued and then dropped while the only value comes back and a second waiter
+/// queues behind it; the second gets the value (loom reports a deadlock if the hand-over is
+/// swallowed by the dropped waiter).
+#[test]
+fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
+    static HANDED_THEN_DROPPED: Reached = Reached::new();
+    static EXECUTIONS: Reached = Reached::new();
+    loom::model(|| {
+        EXECUTIONS.hit();
+        let slots = Arc::new(idle_values(1, &[7]));
+        let returned = Arc::new(AtomicBool::new(false));
+        let (lease, value) = take(&slots);
+        let mut first = Box::pin(slots.checkout());
+        assert!(
+            poll_once(first.as_mut()).is_pending(),
+            "the only value is held"
+        );
+        let releaser = {
+            let (slots, returned) = (Arc::clone(&slots), Arc::clone(&returned));
+            thread::spawn(move || {
+                assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+                returned.store(true, Ordering::SeqCst);
+            })
+        };
+        let second = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let (checkout, _) = checkout_counting(&slots);
+                let Ok(Checkout::Idle { lease, value }) = checkout else {
+                    panic!("the second waiter gets the value, got {checkout:?}");
+                };
+                assert_eq!(value, 7);
+                assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+            })
+        };
+        // While the first waiter is queued, a return can only hand the slot to it.
+        if returned.load(Ordering::SeqCst) && slots.counts().table.in_flight == 1 {
+            HANDED_THEN_DROPPED.hit();
+        }
+        drop(first);
+        releaser.join().unwrap();
+        second.join().unwrap();
+        assert_settled(&slots);
+        assert_eq!(slots.counts().idle, 1);
+    });
+    assert!(EXECUTIONS.count() > 1);
+    assert!(
+        HANDED_THEN_DROPPED.count() > 0,
+        "no execution handed the slot to the first waiter before it was dropped"
+    );
+}
+
+/// A return racing a waiter's scan over the returned slot's stale room bit (lazy hints: the
+/// checkout left it set). The waiter clears the stale bit and rechecks the slot; the return
+/// sets the bit only if it finds it clear. Either way the waiter gets the value (loom reports
+/// a deadlock for a lost wake-up).
+#[test]
+fn return_vs_waiter_over_a_stale_room_bit() {
+    static WAITED: Reached = Reached::new();
+    static NO_WAIT: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let (lease, value) = take(&slots);
+        let waiter = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let (checkout, pending) = checkout_counting(&slots);
+                if pending > 0 {
+                    WAITED.hit();
+                } else {
+                    NO_WAIT.hit();
+                }
+                let Ok(Checkout::Idle { lease, value }) = checkout else {
+                    panic!("the waiter gets the value, got {checkout:?}");
+                };
+                assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+            })
+        };
+        assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+        waiter.join().unwrap();
+        assert_settled(&slots);
+    });
+    assert!(WAITED.count() > 0 && NO_WAIT.count() > 0);
+}
+
+/// `resize(1)` racing the return of one of two values (the other idle). Shrinking retires the
+/// idle value at once or the returning one on its way back, never both and never none: the
+/// table ends with exactly one value, and every value is either idle or retired exactly once.
+/// The return that releases before the shrink's pass yet sees the shrink after its release
+/// runs the trimming pass itself (the Dekker pairing of the bound and the slot words).
+#[test]
+fn resize_vs_return() {
+    static SURPLUS: Reached = Reached::new();
+    static TRIMMED_ON_RETURN: Reached = Reached::new();
+    static RETIRED_BY_RESIZE: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(2, &[1, 2]));
+        let (lease, value) = take(&slots);
+        assert_eq!(value, 1, "lowest slot first");
+        let resizer = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || slots.resize(1).unwrap())
+        };
+        let mut retired = match slots.check_in(lease, value, 1) {
+            CheckIn::Kept => Vec::new(),
+            CheckIn::Surplus(value) => {
+                SURPLUS.hit();
+                vec![value]
+            }
+            CheckIn::Trimmed(values) => {
+                TRIMMED_ON_RETURN.hit();
+                values
+            }
+        };
+        let by_resize = resizer.join().unwrap();
+        if !by_resize.is_empty() {
+            RETIRED_BY_RESIZE.hit();
+        }
+        retired.extend(by_resize);
+        assert_eq!(
+            retired.len(),
+            1,
+            "shrinking to 1 retires one value: {retired:?}"
+        );
+        assert_settled(&slots);
+        assert_eq!((slots.live(), slots.size()), (1, Some(1)));
+        let (lease, left) = take(&slots);
+        retired.push(left);
+        retired.sort_unstable();
+        assert_eq!(retired, [1, 2], "a value was lost or retired twice");
+        assert!(matches!(slots.check_in(lease, left, 3), CheckIn::Kept));
+    });
+    assert!(
+        SURPLUS.count() > 0,
+        "the return never saw the shrink before its release"
+    );
+    assert!(
+        TRIMMED_ON_RETURN.count() > 0,
+        "the return never saw the shrink after its release"
+    );
+    assert!(
+        RETIRED_BY_RESIZE.count() > 0,
+        "the shrink never retired an idle value"
+    );
+}
+
+/// `resize` growing the table while a caller waits for room to build: the waiter is woken by
+/// the resize (or sees the new bound in its recheck) and claims a slot.
+#[test]
+fn resize_up_wakes_a_waiter() {
+    static WAITED: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let (lease, value) = take(&slots);
+        let waiter = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let (checkout, pending) = checkout_counting(&slots);
+                if pending > 0 {
+                    WAITED.hit();
+                }
+                match checkout {
+                    Ok(Checkout::Vacant { lease }) => {
+                        slots.occupy(&lease);
+                        assert!(matches!(slots.check_in(lease, 8, 2), CheckIn::Kept));
+                    }
+                    other => panic!("the waiter builds in the new room, got {other:?}"),
+                }
+            })
+        };
+        assert!(slots.resize(2).unwrap().is_empty());
+        waiter.join().unwrap();
+        assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 2);
+    });
+    assert!(WAITED.count() > 0, "the waiter never waited");
+}
+
+/// `close` racing a waiter (the only value is held): the waiter wakes with `Closed`, never
+/// sleeps through the close; the held value comes back as surplus and the table ends empty.
+#[test]
+fn close_vs_waiters() {
+    static WAITED: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let (lease, value) = take(&slots);
+        let waiter = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let (checkout, pending) = checkout_counting(&slots);
+                if pending > 0 {
+                    WAITED.hit();
+                }
+                assert!(matches!(checkout, Err(Closed)), "got {checkout:?}");
+            })
+        };
+        slots.close();
+        assert!(slots.reap(|_| true).is_empty(), "nothing was idle");
+        waiter.join().unwrap();
+        assert!(matches!(
+            slots.check_in(lease, value, 1),
+            CheckIn::Surplus(7)
+        ));
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 0);
+        assert!(matches!(slots.try_checkout(), Err(TryAcquireError::Closed)));
+    });
+    assert!(
+        WAITED.count() > 0,
+        "the waiter never waited before the close"
+    );
+}
+
+/// The reaper retiring a value past its lifetime (by its birth stamp) racing a checkout of
+/// it: exactly one of them gets the value. If the reaper won, the checkout builds a new value
+/// in the freed room (or finds none yet while the slot drains); the live count stays exact.
+#[test]
+fn reap_vs_checkout() {
+    static REAPED: Reached = Reached::new();
+    static CHECKED_OUT: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let acquirer = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || match slots.try_checkout() {
+                Ok(Checkout::Idle { lease, value }) => {
+                    assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+                    Some(value)
+                }
+                Ok(Checkout::Vacant { lease }) => {
+                    slots.occupy_born(&lease, 5);
+                    assert!(matches!(slots.check_in(lease, 8, 1), CheckIn::Kept));
+                    Some(8)
+                }
+                Err(TryAcquireError::NoCapacity) => None,
+                Err(e) => panic!("unexpected {e:?}"),
+            })
+        };
+        let reaped = slots.reap_by(|stamps: IdleStamps| stamps.born == 0);
+        let acquired = acquirer.join().unwrap();
+        match (acquired, reaped.as_slice()) {
+            (Some(7), []) => CHECKED_OUT.hit(),
+            (Some(8) | None, [(7, 0)]) => REAPED.hit(),
+            other => panic!("a value was handed out twice or lost: {other:?}"),
+        }
+        assert_settled(&slots);
+        assert!(slots.live() <= 1);
+    });
+    assert!(REAPED.count() > 0 && CHECKED_OUT.count() > 0);
+}
+
+/// `retain` racing a checkout: `retain` takes each idle value by joining its slot, so the
+/// checkout either gets the value first (retain skips it) or finds it held and builds
+/// nothing extra beyond the bound; a value `retain` drops is retired once.
+#[test]
+fn retain_vs_checkout() {
+    static RETAINED_DROPPED: Reached = Reached::new();
+    static CHECKOUT_FIRST: Reached = Reached::new();
+    loom::model(|| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let acquirer = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || match slots.try_checkout() {
+                Ok(Checkout::Idle { lease, value }) => {
+                    assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+                    Some(value)
+                }
+                Ok(Checkout::Vacant { lease }) => {
+                    slots.occupy(&lease);
+                    assert!(matches!(slots.check_in(lease, 8, 1), CheckIn::Kept));
+                    Some(8)
+                }
+                Err(TryAcquireError::NoCapacity) => None,
+                Err(e) => panic!("unexpected {e:?}"),
+            })
+        };
+        let removed = slots.retain(|value| *value != 7);
+        let acquired = acquirer.join().unwrap();
+        match (acquired, removed.as_slice()) {
+            (Some(7), []) => CHECKOUT_FIRST.hit(),
+            (Some(7), [7]) => {} // checked out and returned before retain looked
+            (Some(8) | None, [7]) => RETAINED_DROPPED.hit(),
+            other => panic!("a value was handed out twice or lost: {other:?}"),
+        }
+        assert_settled(&slots);
+        assert!(slots.live() <= 1);
+    });
+    assert!(RETAINED_DROPPED.count() > 0 && CHECKOUT_FIRST.count() > 0);
+}
