@@ -1,5 +1,5 @@
 //! `slotpool::managed::postgres` against a real PostgreSQL server: get, query and return;
-//! a backend terminated by the server is rejected at recycle and replaced; `Clean` recycling
+//! transactions share the connection's statement cache; a backend terminated by the server is rejected at recycle and replaced; `Clean` recycling
 //! resets session state and keeps prepared statements; `max_size` bounds the server's
 //! connections; a `get` cancelled while connecting leaves its connection to the next caller;
 //! a failed connect is a typed error.
@@ -157,6 +157,45 @@ async fn get_query_return_reuses_the_connection_and_its_statements() {
 
     let stats = pool.stats();
     assert_eq!((stats.created, stats.recycled, stats.discarded), (1, 1, 0));
+}
+
+/// A transaction's `prepare_cached` fills the connection's cache; a transaction dropped
+/// without commit rolls back.
+#[tokio::test]
+async fn transactions_prepare_through_the_connection_cache() {
+    let config = server_or_skip!("slotpool-transaction");
+    let pool = pool(config, Recycling::Fast, 1);
+    let mut client = pool.get().await.unwrap();
+    client
+        .batch_execute("CREATE TEMP TABLE kept (x int)")
+        .await
+        .unwrap();
+    let insert = "INSERT INTO kept VALUES ($1)";
+
+    let transaction = client.transaction().await.unwrap();
+    let statement = transaction.prepare_cached(insert).await.unwrap();
+    transaction.execute(&statement, &[&1i32]).await.unwrap();
+    transaction.commit().await.unwrap();
+
+    let transaction = client.transaction().await.unwrap();
+    let statement = transaction.prepare_cached(insert).await.unwrap();
+    transaction.execute(&statement, &[&2i32]).await.unwrap();
+    drop(transaction);
+
+    assert_eq!(client.statement_cache().len(), 1);
+    assert_eq!(prepared(&client, insert).await, 1, "prepared once");
+    let rows: Vec<i32> = client
+        .query("SELECT x FROM kept ORDER BY x", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        rows,
+        [1],
+        "the committed row stays, the dropped one rolled back"
+    );
 }
 
 /// `Verified`: the recycle's round trip finds a backend the server terminated while the

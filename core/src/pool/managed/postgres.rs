@@ -24,9 +24,11 @@
 //! [`PgManager::create`](Manager::create) connects with the [`tokio_postgres::Config`] it
 //! was given (without TLS by default; [`PgManager::with_tls`] takes any tokio-postgres TLS
 //! connector) and spawns the connection's task on the current tokio runtime. The pool holds a
-//! [`PgClient`]: the [`tokio_postgres::Client`] (it derefs to it, so `query`, `execute`,
-//! `transaction` and the rest are there) and the connection's [`StatementCache`], so that
-//! [`PgClient::prepare_cached`] prepares a statement once per connection. Dropping a
+//! [`PgClient`]: the [`tokio_postgres::Client`] (it derefs to it, so `query`, `execute` and
+//! the rest are there) and the connection's [`StatementCache`], so that
+//! [`PgClient::prepare_cached`] prepares a statement once per connection;
+//! [`PgClient::transaction`] gives a [`PgTransaction`] whose `prepare_cached` uses the same
+//! cache. Dropping a
 //! `PgClient` (the pool drops connections it rejects, reaps or retires) closes the
 //! connection: its task sends the server `Terminate` and ends.
 //!
@@ -312,14 +314,22 @@ impl PgClient {
         query: &str,
         types: &[Type],
     ) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(statement) = self.statements.get(query, types) {
-            return Ok(statement);
-        }
-        // Two callers sharing this client may both miss and both prepare; the second insert
-        // replaces the first statement, which the server closes once its last user drops it.
-        let statement = self.client.prepare_typed(query, types).await?;
-        self.statements.insert(query, types, statement.clone());
-        Ok(statement)
+        self.statements
+            .get_or_prepare(query, types, || self.client.prepare_typed(query, types))
+            .await
+    }
+
+    /// [`Client::transaction`], as a [`PgTransaction`] whose `prepare_cached` uses (and fills)
+    /// this connection's statement cache.
+    ///
+    /// # Errors
+    /// The driver's error when `BEGIN` fails.
+    pub async fn transaction(&mut self) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
+        let transaction = self.client.transaction().await?;
+        Ok(PgTransaction {
+            transaction,
+            statements: &self.statements,
+        })
     }
 
     /// This connection's statement cache.
@@ -366,6 +376,77 @@ impl fmt::Debug for PgClient {
     }
 }
 
+/// A transaction on a [`PgClient`] (from [`PgClient::transaction`]): derefs to the
+/// [`tokio_postgres::Transaction`], and prepares through the connection's statement cache.
+/// Dropped without [`commit`](PgTransaction::commit), it rolls back (as tokio-postgres's does).
+pub struct PgTransaction<'a> {
+    transaction: tokio_postgres::Transaction<'a>,
+    statements: &'a StatementCache,
+}
+
+impl PgTransaction<'_> {
+    /// [`PgClient::prepare_cached`] within the transaction (the statement outlives it, as
+    /// every prepared statement of the session does).
+    ///
+    /// # Errors
+    /// The driver's error when preparing fails (nothing is cached then).
+    pub async fn prepare_cached(&self, query: &str) -> Result<Statement, tokio_postgres::Error> {
+        self.prepare_typed_cached(query, &[]).await
+    }
+
+    /// [`PgClient::prepare_typed_cached`] within the transaction.
+    ///
+    /// # Errors
+    /// The driver's error when preparing fails (nothing is cached then).
+    pub async fn prepare_typed_cached(
+        &self,
+        query: &str,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        self.statements
+            .get_or_prepare(query, types, || {
+                self.transaction.prepare_typed(query, types)
+            })
+            .await
+    }
+
+    /// Commits.
+    ///
+    /// # Errors
+    /// The driver's error when `COMMIT` fails.
+    pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
+        self.transaction.commit().await
+    }
+
+    /// Rolls back (dropping the transaction does too, without waiting for the answer).
+    ///
+    /// # Errors
+    /// The driver's error when `ROLLBACK` fails.
+    pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {
+        self.transaction.rollback().await
+    }
+}
+
+impl<'a> std::ops::Deref for PgTransaction<'a> {
+    type Target = tokio_postgres::Transaction<'a>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.transaction
+    }
+}
+
+impl std::ops::DerefMut for PgTransaction<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.transaction
+    }
+}
+
+impl fmt::Debug for PgTransaction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTransaction").finish_non_exhaustive()
+    }
+}
+
 /// The statements prepared for one query text: (parameter types, statement), almost always
 /// one entry.
 type ByTypes = Vec<(Box<[Type]>, Statement)>;
@@ -386,6 +467,27 @@ impl StatementCache {
             .iter()
             .find(|(t, _)| **t == *types)
             .map(|(_, statement)| statement.clone())
+    }
+
+    /// The cached statement, or the one `prepare` makes (then cached).
+    async fn get_or_prepare<F, Fut>(
+        &self,
+        query: &str,
+        types: &[Type],
+        prepare: F,
+    ) -> Result<Statement, tokio_postgres::Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Statement, tokio_postgres::Error>>,
+    {
+        if let Some(statement) = self.get(query, types) {
+            return Ok(statement);
+        }
+        // Two users of one connection may both miss and both prepare; the second insert
+        // replaces the first statement, which the server closes once its last holder drops it.
+        let statement = prepare().await?;
+        self.insert(query, types, statement.clone());
+        Ok(statement)
     }
 
     fn insert(&self, query: &str, types: &[Type], statement: Statement) {
