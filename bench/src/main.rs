@@ -1,6 +1,6 @@
 //! `slotpool-bench`: the side-by-side comparison of slotpool, the reference designs and the
 //! floor. Runs the case groups of `slotpool_bench::cases` in order (`stream/`,
-//! `stream-depth1/`, `keyed/`, `session/`, `client/`, `e2e/`; or the `scaling/` cases), prints a
+//! `stream-depth1/`, `keyed/`, `session/`, `client/`, `managed/`, `e2e/`; or the `scaling/` cases), prints a
 //! table per case, writes the records as JSON and the ratios as an SVG chart
 //! (`slotpool_bench::report`).
 //!
@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use slotpool_bench::cases::{client, e2e, keyed, scaling, session, stream, stream_depth1};
+use slotpool_bench::cases::{client, e2e, keyed, managed, scaling, session, stream, stream_depth1};
 use slotpool_bench::report::{self, Record, Settings};
 
 const USAGE: &str = "\
@@ -172,6 +172,9 @@ fn main() -> ExitCode {
     }
     if group_wanted(only, "client/") {
         records.extend(client::compare(&settings));
+    }
+    if group_wanted(only, "managed/") {
+        records.extend(managed::compare_only(&settings, wanted));
     }
     if group_wanted(only, "e2e/") {
         records.extend(e2e::compare(&settings));
