@@ -6,6 +6,8 @@
 //! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
 //! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
 //! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
+//! `managed`, `managed-deadpool` and `managed-bb8` run `managed/uncontended` for slotpool's
+//! managed pool, deadpool's and bb8;
 //! `stream-depth1` and `reference-depth1` run `stream-depth1/uncontended`, and
 //! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
 //! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
@@ -16,6 +18,7 @@
 use std::sync::Arc;
 
 use slotpool_bench::cases::client as client_cases;
+use slotpool_bench::cases::managed;
 use slotpool_bench::cases::stream::{
     prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
     slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
@@ -116,6 +119,18 @@ fn main() {
         }
         "client-deadpool" => {
             let pool = client_cases::deadpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed" => {
+            let pool = managed::slotpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed-deadpool" => {
+            let pool = managed::deadpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed-bb8" => {
+            let pool = client_cases::bb8(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
         other => panic!("unknown path `{other}` (see the module docs)"),
