@@ -15,7 +15,7 @@
 //! | layer | file | what it owns |
 //! | --- | --- | --- |
 //! | ground | `sync.rs` | the one place that names atomics, locks, `Arc`, `UnsafeCell` and spins; loom's under `--cfg slotpool_loom` |
-//! | ground | `panic.rs` | [`panic`]: containing panics of user code where a pool calls or polls it |
+//! | ground | `panic.rs` | [`panic`](mod@panic): containing panics of user code where a pool calls or polls it |
 //! | ground | `error.rs` | [`ConfigError`], [`AcquireError`], [`Reach`]: typed errors that say whether a retry is safe |
 //! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps and growth |
 //! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path |

@@ -2,12 +2,12 @@
 //!
 //! Everything a user hands a pool (connectors, factories, managers, bootstraps, closures,
 //! inbound streams, callbacks) is outside the pool's proof, and may panic. A pool calls such
-//! code only through [`catch`] or [`CatchUnwind`], at the place where it polls or calls it, so a
+//! code only through `catch` or `CatchUnwind`, at the place where it polls or calls it, so a
 //! panic becomes a value: the pool turns it into a typed error for the callers it touched,
 //! retires what the code was building, and carries on. Nothing here re-raises a panic.
 //!
 //! The payload's message (a `&str` or `String` payload; anything else is named as such) is
-//! kept for the error and logged once as a `tracing` error event by [`report`]. The payload
+//! kept for the error and logged once as a `tracing` error event by `report`. The payload
 //! itself is dropped inside a second guard: a payload whose `Drop` panics cannot unwind
 //! through the pool either.
 

@@ -225,7 +225,7 @@ async fn recycling_only_after_an_idle_threshold() {
         1,
         "idle 6 s: checked"
     );
-    assert_eq!(Object::meta(&object).recycle_count, 1);
+    assert_eq!(Object::meta(&object).recycle_count(), 1);
     drop(object);
 
     let never = Fixture::with(1, |b| b.recycle(Recycle::Never));
@@ -248,7 +248,7 @@ async fn hooks_run_in_order_and_may_reject() {
             Ok(())
         }))
         .post_recycle(Hook::async_fn(|conn: &mut Conn, meta: &Meta| {
-            let count = meta.recycle_count;
+            let count = meta.recycle_count();
             Box::pin(async move {
                 if conn.id == 1 && count == 0 {
                     return Err(HookError::message("post_recycle says no"));

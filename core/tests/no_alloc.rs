@@ -1,5 +1,6 @@
-//! The fast path allocates nothing: acquire + release on a stream pool with room, and
-//! reserve + release on a bare slot table, counted by a global allocator.
+//! The fast path allocates nothing: acquire + release on a stream pool with room, a managed
+//! pool's checkout + return of an idle object (recycled: the policy's default), and reserve +
+//! release on a bare slot table, counted by a global allocator.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::cell::Cell;
 use std::pin::pin;
 use std::task::Poll;
 
+use common::managed::Fixture;
 use common::poll_once;
 use common::stream::Script;
 use slotpool::slots::{Capacity, SlotTable};
@@ -87,4 +89,24 @@ fn slot_table_and_limit_fast_paths_allocate_nothing() {
         }
     });
     assert_eq!(n, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn managed_checkout_and_return_allocate_nothing() {
+    let f = Fixture::new(4);
+    // Warm up: the first get creates the object (that allocates, once).
+    drop(f.pool.get().await.unwrap());
+    let n = allocations_during(|| {
+        for _ in 0..1_000 {
+            match poll_once(pin!(f.pool.get())) {
+                Poll::Ready(object) => drop(object.unwrap()),
+                Poll::Pending => panic!("an idle object was there"),
+            }
+        }
+    });
+    assert_eq!(n, 0, "allocations on the managed checkout/return path");
+    assert_eq!(
+        f.ledger.recycles.load(std::sync::atomic::Ordering::SeqCst),
+        1_000
+    );
 }

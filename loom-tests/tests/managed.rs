@@ -13,7 +13,7 @@
 //! slotpool-loom-tests --test managed --target-dir target/loom`.
 
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize as StdCount, Ordering as StdOrdering};
 use std::task::{Context, Poll};
 
@@ -66,11 +66,19 @@ impl<F: Future + Unpin> Future for CountPending<F> {
     }
 }
 
-/// Waits for a checkout, reporting how many times it had to wait.
-fn checkout_counting(slots: &ExclusiveSlots<u32>) -> (Result<Checkout<u32>, Closed>, usize) {
-    block_on(CountPending {
-        inner: Box::pin(slots.checkout()),
-        pending: 0,
+/// Spawns a thread that waits for a checkout and gives it to `then`, with whether it had to
+/// wait (returned `Pending` at least once).
+fn spawn_waiter<R: Send + 'static>(
+    slots: &Arc<ExclusiveSlots<u32>>,
+    then: impl FnOnce(&ExclusiveSlots<u32>, Result<Checkout<u32>, Closed>, bool) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let slots = Arc::clone(slots);
+    thread::spawn(move || {
+        let (checkout, pending) = block_on(CountPending {
+            inner: Box::pin(slots.checkout()),
+            pending: 0,
+        });
+        then(&slots, checkout, pending > 0)
     })
 }
 
@@ -98,6 +106,29 @@ fn take(slots: &ExclusiveSlots<u32>) -> (slotpool::exclusive::Lease, u32) {
         Ok(Checkout::Idle { lease, value }) => (lease, value),
         other => panic!("an idle value, got {other:?}"),
     }
+}
+
+/// Returns a held value on a new thread; the flag is raised once it is back.
+fn return_on_a_thread(
+    slots: &Arc<ExclusiveSlots<u32>>,
+    lease: slotpool::exclusive::Lease,
+    value: u32,
+) -> (thread::JoinHandle<()>, Arc<AtomicBool>) {
+    let returned = Arc::new(AtomicBool::new(false));
+    let releaser = {
+        let (slots, returned) = (Arc::clone(slots), Arc::clone(&returned));
+        thread::spawn(move || {
+            assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+            returned.store(true, Ordering::SeqCst);
+        })
+    };
+    (releaser, returned)
+}
+
+/// Whether the return already happened and handed the slot over: while a waiter is queued, a
+/// return can only hand the slot to it (the unit stays in flight).
+fn handed_over(slots: &ExclusiveSlots<u32>, returned: &AtomicBool) -> bool {
+    returned.load(Ordering::SeqCst) && slots.counts().table.in_flight == 1
 }
 
 /// After a model: nothing held, nothing waiting, and the live count is what the slots show.
@@ -129,22 +160,14 @@ fn get_cancelled_after_one_poll_while_waiting() {
     static DROPPED_FIRST: Reached = Reached::new();
     loom::model(|| {
         let slots = Arc::new(idle_values(1, &[7]));
-        let returned = Arc::new(AtomicBool::new(false));
         let (lease, value) = take(&slots);
         let mut wait = Box::pin(slots.checkout());
         assert!(
             poll_once(wait.as_mut()).is_pending(),
             "the only value is held"
         );
-        let releaser = {
-            let (slots, returned) = (Arc::clone(&slots), Arc::clone(&returned));
-            thread::spawn(move || {
-                assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
-                returned.store(true, Ordering::SeqCst);
-            })
-        };
-        // While this waiter is queued, a return can only hand the slot to it.
-        if returned.load(Ordering::SeqCst) && slots.counts().table.in_flight == 1 {
+        let (releaser, returned) = return_on_a_thread(&slots, lease, value);
+        if handed_over(&slots, &returned) {
             HANDED_THEN_DROPPED.hit();
         } else {
             DROPPED_FIRST.hit();
@@ -174,33 +197,21 @@ fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
     loom::model(|| {
         EXECUTIONS.hit();
         let slots = Arc::new(idle_values(1, &[7]));
-        let returned = Arc::new(AtomicBool::new(false));
         let (lease, value) = take(&slots);
         let mut first = Box::pin(slots.checkout());
         assert!(
             poll_once(first.as_mut()).is_pending(),
             "the only value is held"
         );
-        let releaser = {
-            let (slots, returned) = (Arc::clone(&slots), Arc::clone(&returned));
-            thread::spawn(move || {
-                assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
-                returned.store(true, Ordering::SeqCst);
-            })
-        };
-        let second = {
-            let slots = Arc::clone(&slots);
-            thread::spawn(move || {
-                let (checkout, _) = checkout_counting(&slots);
-                let Ok(Checkout::Idle { lease, value }) = checkout else {
-                    panic!("the second waiter gets the value, got {checkout:?}");
-                };
-                assert_eq!(value, 7);
-                assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
-            })
-        };
-        // While the first waiter is queued, a return can only hand the slot to it.
-        if returned.load(Ordering::SeqCst) && slots.counts().table.in_flight == 1 {
+        let (releaser, returned) = return_on_a_thread(&slots, lease, value);
+        let second = spawn_waiter(&slots, |slots, checkout, _| {
+            let Ok(Checkout::Idle { lease, value }) = checkout else {
+                panic!("the second waiter gets the value, got {checkout:?}");
+            };
+            assert_eq!(value, 7);
+            assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+        });
+        if handed_over(&slots, &returned) {
             HANDED_THEN_DROPPED.hit();
         }
         drop(first);
@@ -227,21 +238,17 @@ fn return_vs_waiter_over_a_stale_room_bit() {
     loom::model(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
-        let waiter = {
-            let slots = Arc::clone(&slots);
-            thread::spawn(move || {
-                let (checkout, pending) = checkout_counting(&slots);
-                if pending > 0 {
-                    WAITED.hit();
-                } else {
-                    NO_WAIT.hit();
-                }
-                let Ok(Checkout::Idle { lease, value }) = checkout else {
-                    panic!("the waiter gets the value, got {checkout:?}");
-                };
-                assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
-            })
-        };
+        let waiter = spawn_waiter(&slots, |slots, checkout, waited| {
+            if waited {
+                WAITED.hit();
+            } else {
+                NO_WAIT.hit();
+            }
+            let Ok(Checkout::Idle { lease, value }) = checkout else {
+                panic!("the waiter gets the value, got {checkout:?}");
+            };
+            assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+        });
         assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
         waiter.join().unwrap();
         assert_settled(&slots);
@@ -318,22 +325,18 @@ fn resize_up_wakes_a_waiter() {
     loom::model(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
-        let waiter = {
-            let slots = Arc::clone(&slots);
-            thread::spawn(move || {
-                let (checkout, pending) = checkout_counting(&slots);
-                if pending > 0 {
-                    WAITED.hit();
+        let waiter = spawn_waiter(&slots, |slots, checkout, waited| {
+            if waited {
+                WAITED.hit();
+            }
+            match checkout {
+                Ok(Checkout::Vacant { lease }) => {
+                    slots.occupy(&lease);
+                    assert!(matches!(slots.check_in(lease, 8, 2), CheckIn::Kept));
                 }
-                match checkout {
-                    Ok(Checkout::Vacant { lease }) => {
-                        slots.occupy(&lease);
-                        assert!(matches!(slots.check_in(lease, 8, 2), CheckIn::Kept));
-                    }
-                    other => panic!("the waiter builds in the new room, got {other:?}"),
-                }
-            })
-        };
+                other => panic!("the waiter builds in the new room, got {other:?}"),
+            }
+        });
         assert!(slots.resize(2).unwrap().is_empty());
         waiter.join().unwrap();
         assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
@@ -351,16 +354,12 @@ fn close_vs_waiters() {
     loom::model(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
-        let waiter = {
-            let slots = Arc::clone(&slots);
-            thread::spawn(move || {
-                let (checkout, pending) = checkout_counting(&slots);
-                if pending > 0 {
-                    WAITED.hit();
-                }
-                assert!(matches!(checkout, Err(Closed)), "got {checkout:?}");
-            })
-        };
+        let waiter = spawn_waiter(&slots, |_, checkout, waited| {
+            if waited {
+                WAITED.hit();
+            }
+            assert!(matches!(checkout, Err(Closed)), "got {checkout:?}");
+        });
         slots.close();
         assert!(slots.reap(|_| true).is_empty(), "nothing was idle");
         waiter.join().unwrap();

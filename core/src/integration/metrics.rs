@@ -19,6 +19,7 @@
 //! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `spin_ups`, `connect_failures`, `stream_failures`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
 //! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps}_total` |
 //! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,created,make_failures,discards,reaps}_total` |
+//! | [`managed::Pool`](crate::managed::Pool) | `slotpool_managed_{max_size,size,available,in_use,waiting}` | `slotpool_managed_{checkouts,waits,created,created_off_caller,create_failures,recycled,discarded,expired,reaped,surplus,retained_out,detached,panics}_total` |
 //! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,released,reaped,rebuilt}_total` |
 //!
 //! (The keyed admission pool exports per caller key as it goes; see
@@ -53,6 +54,7 @@ use std::time::Duration;
 use crate::breaker::BreakerState;
 use crate::channel::ChannelStats;
 use crate::client::ClientStats;
+use crate::managed;
 use crate::session::SessionStats;
 use crate::stream::StreamStats;
 
@@ -219,5 +221,43 @@ impl Export for SessionStats {
         counter("slotpool_session_released_total", pool, self.released);
         counter("slotpool_session_reaped_total", pool, self.reaped);
         counter("slotpool_session_rebuilt_total", pool, self.rebuilt);
+    }
+}
+
+impl Export for managed::Stats {
+    fn export(&self, pool: &str) {
+        let status = &self.status;
+        for (name, value) in [
+            ("slotpool_managed_max_size", status.max_size),
+            ("slotpool_managed_size", status.size),
+            ("slotpool_managed_available", status.available),
+            ("slotpool_managed_in_use", status.in_use),
+            ("slotpool_managed_waiting", status.waiting),
+        ] {
+            gauge(name, pool, value as f64);
+        }
+        for (name, total) in [
+            ("slotpool_managed_checkouts_total", self.checkouts),
+            ("slotpool_managed_waits_total", self.waits),
+            ("slotpool_managed_created_total", self.created),
+            (
+                "slotpool_managed_created_off_caller_total",
+                self.created_off_caller,
+            ),
+            (
+                "slotpool_managed_create_failures_total",
+                self.create_failures,
+            ),
+            ("slotpool_managed_recycled_total", self.recycled),
+            ("slotpool_managed_discarded_total", self.discarded),
+            ("slotpool_managed_expired_total", self.expired),
+            ("slotpool_managed_reaped_total", self.reaped),
+            ("slotpool_managed_surplus_total", self.surplus),
+            ("slotpool_managed_retained_out_total", self.retained_out),
+            ("slotpool_managed_detached_total", self.detached),
+            ("slotpool_managed_panics_total", self.panics),
+        ] {
+            counter(name, pool, total);
+        }
     }
 }

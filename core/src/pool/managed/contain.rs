@@ -77,3 +77,32 @@ impl<F> std::fmt::Debug for Contained<F> {
             .finish_non_exhaustive()
     }
 }
+
+/// Runs `future` with a deadline `after` from now on tokio's timer: `Err(after)` if it passed
+/// first. Deadlines need a tokio runtime with timers (tokio's default); outside one the
+/// future runs without a deadline rather than the timer's panic escaping the pool.
+pub(super) async fn within<F: std::future::Future>(
+    after: Option<std::time::Duration>,
+    future: F,
+) -> Result<F::Output, std::time::Duration> {
+    let Some(after) = after else {
+        return Ok(future.await);
+    };
+    match timer(after) {
+        None => Ok(future.await),
+        Some(deadline) => {
+            tokio::select! {
+                biased;
+                output = future => Ok(output),
+                () = deadline => Err(after),
+            }
+        }
+    }
+}
+
+/// A sleep of `after` on the current runtime's timer, if there is one.
+pub(super) fn timer(after: std::time::Duration) -> Option<tokio::time::Sleep> {
+    tokio::runtime::Handle::try_current().ok()?;
+    // A runtime built without timers panics here; that is no reason to panic the caller.
+    catch(|| tokio::time::sleep(after)).ok()
+}

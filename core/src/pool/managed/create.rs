@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::contain::Contained;
+use super::contain::{within, Contained};
 use super::manager::run_hooks;
 use super::{Anchor, Manager, Object, PoolError, Pooled, Shared, Stamps, Step};
 use crate::exclusive::Lease;
@@ -53,21 +53,15 @@ impl<M: Manager> Creating<M> {
 /// Creates an object and runs the `post_create` hooks on it.
 async fn build<M: Manager>(shared: Arc<Shared<M>>) -> Result<Pooled<M>, PoolError<M::Error>> {
     let made = match catch(|| shared.manager.create()) {
-        Ok(create) => {
-            let create = Contained::new(create);
-            match shared.config.create_timeout {
-                None => create.await,
-                Some(after) => match tokio::time::timeout(after, create).await {
-                    Ok(made) => made,
-                    Err(_) => {
-                        return Err(PoolError::Timeout {
-                            step: Step::Create,
-                            after,
-                        })
-                    }
-                },
+        Ok(create) => match within(shared.config.create_timeout, Contained::new(create)).await {
+            Ok(made) => made,
+            Err(after) => {
+                return Err(PoolError::Timeout {
+                    step: Step::Create,
+                    after,
+                })
             }
-        }
+        },
         Err(panic) => Err(panic),
     };
     let mut object = match made {

@@ -10,6 +10,7 @@ use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::{Manager, Shared};
+use crate::panic::catch;
 use crate::sync::{Arc, Weak};
 
 /// Spawns the task on `runtime` (reaping every `reap_interval`, if any).
@@ -22,11 +23,13 @@ pub(super) fn spawn<M: Manager>(
     let notify = Arc::clone(&shared.maintain);
     runtime
         .spawn(async move {
-            let mut ticker = reap_interval.map(|every| {
-                let mut ticker = tokio::time::interval(every);
-                ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                ticker
-            });
+            // A runtime without timers reaps by hand only (its `interval` would panic).
+            let mut ticker = reap_interval
+                .and_then(|every| catch(|| tokio::time::interval(every)).ok())
+                .map(|mut ticker| {
+                    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    ticker
+                });
             if let Some(ticker) = ticker.as_mut() {
                 // The first tick is immediate: nothing can be idle yet.
                 ticker.tick().await;

@@ -230,26 +230,59 @@ pub(super) async fn run_hooks<M: Manager>(
 
 /// What the pool knows about one object, shown to [`Manager::recycle`], the hooks and
 /// [`Pool::retain`](super::Pool::retain). Times are on the pool's clock.
+///
+/// Cheap to make: it holds the pool's stamps and converts them to instants only when asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
-    /// When the object was created.
-    pub created: quanta::Instant,
-    /// When it last came back to the pool (`None` before its first return). Returns read no
-    /// clock: this is the pool's recent time, at most one reap interval early (exact on a
-    /// mock clock); idle times computed from it are never too short.
-    pub returned: Option<quanta::Instant>,
-    /// How many times it was recycled (checked out again after a return).
-    pub recycle_count: u64,
+    /// The pool's time zero.
+    base: quanta::Instant,
+    /// Nanoseconds after `base`.
+    created: u64,
+    /// Nanoseconds after `base`.
+    returned: Option<u64>,
+    recycle_count: u64,
 }
 
 impl Meta {
+    pub(super) fn new(
+        base: quanta::Instant,
+        created: u64,
+        returned: Option<u64>,
+        recycle_count: u64,
+    ) -> Self {
+        Meta {
+            base,
+            created,
+            returned,
+            recycle_count,
+        }
+    }
+
+    /// When the object was created.
+    pub fn created(&self) -> quanta::Instant {
+        self.base + Duration::from_nanos(self.created)
+    }
+
+    /// When it last came back to the pool (`None` before its first return). Returns read no
+    /// clock: this is the pool's recent time, at most one reap interval early (exact on a
+    /// mock clock); idle times computed from it are never too short.
+    pub fn returned(&self) -> Option<quanta::Instant> {
+        self.returned
+            .map(|returned| self.base + Duration::from_nanos(returned))
+    }
+
+    /// How many times it was recycled (checked out again after a return).
+    pub fn recycle_count(&self) -> u64 {
+        self.recycle_count
+    }
+
     /// The object's age at `now`.
     pub fn age(&self, now: quanta::Instant) -> Duration {
-        now.saturating_duration_since(self.created)
+        now.saturating_duration_since(self.created())
     }
 
     /// How long it has been idle at `now` (since its last return, or its creation).
     pub fn idle(&self, now: quanta::Instant) -> Duration {
-        now.saturating_duration_since(self.returned.unwrap_or(self.created))
+        now.saturating_duration_since(self.returned().unwrap_or_else(|| self.created()))
     }
 }

@@ -148,7 +148,7 @@ pub use manager::{
 pub use object::Object;
 pub use stats::{Stats, Status};
 
-use contain::Contained;
+use contain::{within, Contained};
 use create::Creating;
 use manager::{run_hooks, Hooks};
 use stats::Counters;
@@ -293,11 +293,9 @@ impl<M: Manager> Pool<M> {
     /// # Errors
     /// See [`PoolError`]: `Closed`, a `Timeout` (the pool's `wait_timeout` or
     /// `create_timeout`), `Create`, `PostCreateHook`, `Panicked`.
-    pub async fn get(&self) -> Result<Object<M>, PoolError<M::Error>> {
+    pub fn get(&self) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
         let shared = self.shared();
-        shared
-            .get(shared.config.wait_timeout, true, Track(None))
-            .await
+        shared.get(shared.config.wait_timeout, true, Track(None))
     }
 
     /// Like [`Pool::get`] but never waits for another caller: an idle object, or a new one if
@@ -306,8 +304,10 @@ impl<M: Manager> Pool<M> {
     /// # Errors
     /// [`PoolError::NoCapacity`] when every object is in use and the pool is full; otherwise
     /// as [`Pool::get`].
-    pub async fn try_get(&self) -> Result<Object<M>, PoolError<M::Error>> {
-        self.shared().get(None, false, Track(None)).await
+    pub fn try_get(
+        &self,
+    ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
+        self.shared().get(None, false, Track(None))
     }
 
     /// [`Pool::get`] with a deadline `timeout` from now over all its steps (instead of the
@@ -319,11 +319,11 @@ impl<M: Manager> Pool<M> {
     pub async fn get_timeout(&self, timeout: Duration) -> Result<Object<M>, PoolError<M::Error>> {
         let step = AtomicUsize::new(0);
         let get = self.shared().get(None, true, Track(Some(&step)));
-        match tokio::time::timeout(timeout, get).await {
+        match within(Some(timeout), get).await {
             Ok(result) => result,
-            Err(_) => Err(PoolError::Timeout {
+            Err(after) => Err(PoolError::Timeout {
                 step: Track::step(&step),
-                after: timeout,
+                after,
             }),
         }
     }
@@ -414,7 +414,7 @@ impl<M: Manager> Pool<M> {
         let c = &shared.counters;
         Stats {
             status: shared.status(),
-            gets: shared.slots.counts().checkouts,
+            checkouts: shared.slots.counts().checkouts,
             waits: c.waits.get(),
             created: c.created.get(),
             created_off_caller: c.created_off_caller.get(),
@@ -488,10 +488,28 @@ impl<M: Manager> Shared<M> {
                 }
             };
             match checkout {
-                Checkout::Idle { lease, value } => match self.ready(lease, value, track).await {
-                    Readied::Object(object) => return Ok(object),
-                    Readied::Failed(error) => return Err(error),
-                    Readied::Rejected => {}
+                Checkout::Idle { lease, value } => match self.recycle_due(lease, value) {
+                    None => {}
+                    Some((lease, pooled, false)) => return Ok(Object::new(lease, pooled)),
+                    Some((lease, pooled, true)) => {
+                        track.enter(Step::Recycle);
+                        // Dropped with the caller mid-recycle, the guard drops the object.
+                        let mut held = Recycling {
+                            shared: self,
+                            held: Some((lease, pooled)),
+                        };
+                        let outcome = match held.held.as_mut() {
+                            Some((_, pooled)) => self.recycle_all(pooled).await,
+                            None => Ok(()),
+                        };
+                        if let Some((lease, pooled)) = held.held.take() {
+                            match self.recycled(lease, pooled, outcome) {
+                                Readied::Object(object) => return Ok(object),
+                                Readied::Failed(error) => return Err(error),
+                                Readied::Rejected => {}
+                            }
+                        }
+                    }
                 },
                 Checkout::Vacant { lease } => {
                     track.enter(Step::Create);
@@ -507,64 +525,65 @@ impl<M: Manager> Shared<M> {
         timeout: Option<Duration>,
     ) -> Result<Checkout<Pooled<M>>, PoolError<M::Error>> {
         self.counters.waits.incr();
-        let wait = self.slots.checkout();
-        let checkout = match timeout {
-            None => wait.await,
-            Some(after) => match tokio::time::timeout(after, wait).await {
-                Ok(checkout) => checkout,
-                Err(_) => {
-                    return Err(PoolError::Timeout {
-                        step: Step::Wait,
-                        after,
-                    })
-                }
-            },
-        };
-        checkout.map_err(|_| PoolError::Closed)
+        match within(timeout, self.slots.checkout()).await {
+            Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
+            Err(after) => Err(PoolError::Timeout {
+                step: Step::Wait,
+                after,
+            }),
+        }
     }
 
-    /// Hands out an idle object: checks its age and recycles it as the policy says.
+    /// Whether an idle object just checked out is recycled before it goes out; one past its
+    /// lifetime is dropped here (`None`). Reads the clock only if the pool's settings need it.
     #[inline]
-    async fn ready(
-        self: &Arc<Self>,
-        lease: Lease,
-        pooled: Pooled<M>,
-        track: Track<'_>,
-    ) -> Readied<M> {
+    fn recycle_due(&self, lease: Lease, pooled: Pooled<M>) -> Option<(Lease, Pooled<M>, bool)> {
         let config = &self.config;
-        let due = if config.reads_clock {
-            let now = self.time.now();
-            if self.expired(pooled.stamps, now) {
-                self.discard(lease, pooled, Gone::Expired);
-                return Readied::Rejected;
-            }
-            match config.recycle {
-                Recycle::Always => true,
-                Recycle::Never => false,
-                Recycle::IdleLongerThan(idle) => {
-                    let since = pooled.stamps.returned.unwrap_or(pooled.stamps.created);
-                    now.saturating_sub(since) > crate::pool::reap::nanos(idle)
-                }
-            }
-        } else {
-            config.recycle == Recycle::Always
-        };
-        if !due {
-            return Readied::Object(Object::new(lease, pooled));
+        if !config.reads_clock {
+            return Some((lease, pooled, config.recycle == Recycle::Always));
         }
-        track.enter(Step::Recycle);
-        // Dropped with the caller mid-recycle, the guard drops the object (module docs).
-        let mut held = Recycling {
-            shared: self,
-            held: Some((lease, pooled)),
+        let now = self.time.now();
+        if self.expired(pooled.stamps, now) {
+            self.discard(lease, pooled, Gone::Expired);
+            return None;
+        }
+        let due = match config.recycle {
+            Recycle::Always => true,
+            Recycle::Never => false,
+            Recycle::IdleLongerThan(idle) => {
+                let since = pooled.stamps.returned.unwrap_or(pooled.stamps.created);
+                now.saturating_sub(since) > crate::pool::reap::nanos(idle)
+            }
         };
-        let outcome = match held.held.as_mut() {
-            Some((_, pooled)) => self.recycle(pooled).await,
-            None => Ok(()),
-        };
-        let Some((lease, mut pooled)) = held.held.take() else {
-            return Readied::Rejected;
-        };
+        Some((lease, pooled, due))
+    }
+
+    /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
+    /// (logged); `Err(Some(..))`: user code panicked (logged).
+    #[inline]
+    async fn recycle_all(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
+        let meta = self.meta(pooled.stamps);
+        let object = &mut pooled.object;
+        if !self.hooks.pre_recycle.is_empty() {
+            self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
+                .await?;
+        }
+        self.recycle(object, &meta).await?;
+        if !self.hooks.post_recycle.is_empty() {
+            self.hooks_ok(Step::PostRecycle, &self.hooks.post_recycle, object, &meta)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// After a recycle: the object goes out, or is dropped (its room given back).
+    #[inline]
+    fn recycled(
+        &self,
+        lease: Lease,
+        mut pooled: Pooled<M>,
+        outcome: Result<(), Option<(Step, Panic)>>,
+    ) -> Readied<M> {
         match outcome {
             Ok(()) => {
                 pooled.stamps.recycle_count += 1;
@@ -582,51 +601,42 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
-    /// (logged); `Err(Some(..))`: user code panicked (logged).
-    async fn recycle(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
-        let meta = self.meta(pooled.stamps);
-        let object = &mut pooled.object;
-        if !self.hooks.pre_recycle.is_empty() {
-            self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
-                .await?;
-        }
-        let recycled = match catch(|| self.manager.recycle(object, &meta)) {
+    /// Runs [`Manager::recycle`] on an object: the first poll inline, and a timer only for a
+    /// recycle that has to wait. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
+    /// it panicked (logged).
+    #[inline]
+    async fn recycle(
+        &self,
+        object: &mut M::Type,
+        meta: &Meta,
+    ) -> Result<(), Option<(Step, Panic)>> {
+        let recycled = match catch(|| self.manager.recycle(object, meta)) {
             Ok(recycle) => {
                 let mut recycle = pin!(Contained::new(recycle));
-                // The first poll inline; the timer only for a recycle that has to wait.
                 match poll_fn(|cx| Poll::Ready(recycle.as_mut().poll(cx))).await {
                     Poll::Ready(done) => done,
-                    Poll::Pending => match self.config.recycle_timeout {
-                        None => recycle.await,
-                        Some(after) => match tokio::time::timeout(after, recycle).await {
-                            Ok(done) => done,
-                            Err(_) => {
-                                tracing::warn!(?after, "recycle timed out; object dropped");
-                                return Err(None);
-                            }
-                        },
+                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
+                        Ok(done) => done,
+                        Err(after) => {
+                            tracing::warn!(?after, "recycle timed out; object dropped");
+                            return Err(None);
+                        }
                     },
                 }
             }
             Err(panic) => Err(panic),
         };
         match recycled {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "recycle rejected an object");
-                return Err(None);
+                Err(None)
             }
             Err(panic) => {
                 self.panicked(Step::Recycle, &panic);
-                return Err(Some((Step::Recycle, panic)));
+                Err(Some((Step::Recycle, panic)))
             }
         }
-        if !self.hooks.post_recycle.is_empty() {
-            self.hooks_ok(Step::PostRecycle, &self.hooks.post_recycle, object, &meta)
-                .await?;
-        }
-        Ok(())
     }
 
     /// Runs recycle hooks under a panic guard.
@@ -658,11 +668,12 @@ impl<M: Manager> Shared<M> {
     }
 
     fn meta(&self, stamps: Stamps) -> Meta {
-        Meta {
-            created: self.time.instant(stamps.created),
-            returned: stamps.returned.map(|at| self.time.instant(at)),
-            recycle_count: stamps.recycle_count,
-        }
+        Meta::new(
+            self.time.base(),
+            stamps.created,
+            stamps.returned,
+            stamps.recycle_count,
+        )
     }
 
     /// Counts and logs a caught panic of user code.

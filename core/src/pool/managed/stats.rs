@@ -30,8 +30,9 @@ pub struct Status {
 pub struct Stats {
     /// The gauges.
     pub status: Status,
-    /// `get`s that returned an object.
-    pub gets: u64,
+    /// Objects taken from their slots by `get`s: new ones, and idle ones (including those a
+    /// recycle then rejected, or found past their lifetime).
+    pub checkouts: u64,
     /// `get`s that had to wait.
     pub waits: u64,
     /// Objects created (including those finished off a cancelled caller, and by

@@ -62,6 +62,11 @@ impl RecentClock {
         self.recent.fetch_max(now, Ordering::Relaxed);
     }
 
+    /// The stamps' time zero.
+    pub(crate) fn base(&self) -> quanta::Instant {
+        self.base
+    }
+
     /// The instant a stamp stands for.
     pub(crate) fn instant(&self, stamp: u64) -> quanta::Instant {
         self.base + Duration::from_nanos(stamp)
