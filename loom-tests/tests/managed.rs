@@ -42,6 +42,21 @@ impl Reached {
     }
 }
 
+/// `loom::model`, asserting that it explored more than one execution (a model whose threads
+/// cannot interleave proves nothing).
+fn explore(model: impl Fn() + Sync + Send + 'static) {
+    let executions = std::sync::Arc::new(StdCount::new(0));
+    let counted = std::sync::Arc::clone(&executions);
+    loom::model(move || {
+        counted.fetch_add(1, StdOrdering::Relaxed);
+        model();
+    });
+    assert!(
+        executions.load(StdOrdering::Relaxed) > 1,
+        "the model ran a single execution"
+    );
+}
+
 fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut Context::from_waker(std::task::Waker::noop()))
 }
@@ -158,7 +173,7 @@ fn assert_settled(slots: &ExclusiveSlots<u32>) {
 fn get_cancelled_after_one_poll_while_waiting() {
     static HANDED_THEN_DROPPED: Reached = Reached::new();
     static DROPPED_FIRST: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let mut wait = Box::pin(slots.checkout());
@@ -193,9 +208,7 @@ fn get_cancelled_after_one_poll_while_waiting() {
 #[test]
 fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
     static HANDED_THEN_DROPPED: Reached = Reached::new();
-    static EXECUTIONS: Reached = Reached::new();
-    loom::model(|| {
-        EXECUTIONS.hit();
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let mut first = Box::pin(slots.checkout());
@@ -220,7 +233,6 @@ fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
         assert_settled(&slots);
         assert_eq!(slots.counts().idle, 1);
     });
-    assert!(EXECUTIONS.count() > 1);
     assert!(
         HANDED_THEN_DROPPED.count() > 0,
         "no execution handed the slot to the first waiter before it was dropped"
@@ -235,7 +247,7 @@ fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
 fn return_vs_waiter_over_a_stale_room_bit() {
     static WAITED: Reached = Reached::new();
     static NO_WAIT: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let waiter = spawn_waiter(&slots, |slots, checkout, waited| {
@@ -266,7 +278,7 @@ fn resize_vs_return() {
     static SURPLUS: Reached = Reached::new();
     static TRIMMED_ON_RETURN: Reached = Reached::new();
     static RETIRED_BY_RESIZE: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(2, &[1, 2]));
         let (lease, value) = take(&slots);
         assert_eq!(value, 1, "lowest slot first");
@@ -317,12 +329,61 @@ fn resize_vs_return() {
     );
 }
 
+/// `resize(1)` racing a checkout that opens a new slot (the only value is held, the size is
+/// 2): the checkout is refused (it read the new size), or it builds a value that the shrink
+/// retires, either on its way back (`Surplus`) or from idle; never both values stay, never
+/// more are retired than the shrink asks for, and the live count stays exact.
+#[test]
+fn resize_vs_checkout() {
+    static REFUSED: Reached = Reached::new();
+    static NEW_SHED_ON_RETURN: Reached = Reached::new();
+    static NEW_RETIRED_BY_RESIZE: Reached = Reached::new();
+    explore(|| {
+        let slots = Arc::new(idle_values(2, &[1]));
+        let (held, one) = take(&slots);
+        let resizer = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || slots.resize(1).unwrap())
+        };
+        let mut retired = Vec::new();
+        match slots.try_checkout() {
+            Ok(Checkout::Vacant { lease }) => {
+                slots.occupy(&lease);
+                match slots.check_in(lease, 2, 1) {
+                    CheckIn::Kept => {}
+                    CheckIn::Surplus(value) => {
+                        NEW_SHED_ON_RETURN.hit();
+                        retired.push(value);
+                    }
+                    CheckIn::Trimmed(values) => retired.extend(values),
+                }
+            }
+            Err(TryAcquireError::NoCapacity) => REFUSED.hit(),
+            other => panic!("unexpected {other:?}"),
+        }
+        let by_resize = resizer.join().unwrap();
+        if by_resize.contains(&2) {
+            NEW_RETIRED_BY_RESIZE.hit();
+        }
+        retired.extend(by_resize);
+        assert!(matches!(slots.check_in(held, one, 2), CheckIn::Kept));
+        assert!(
+            retired.len() <= 1,
+            "retired more than the shrink asked: {retired:?}"
+        );
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 1, "one value left: {retired:?}");
+    });
+    assert!(REFUSED.count() > 0, "the checkout never read the new size");
+    assert!(NEW_SHED_ON_RETURN.count() > 0 && NEW_RETIRED_BY_RESIZE.count() > 0);
+}
+
 /// `resize` growing the table while a caller waits for room to build: the waiter is woken by
 /// the resize (or sees the new bound in its recheck) and claims a slot.
 #[test]
 fn resize_up_wakes_a_waiter() {
     static WAITED: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let waiter = spawn_waiter(&slots, |slots, checkout, waited| {
@@ -351,7 +412,7 @@ fn resize_up_wakes_a_waiter() {
 #[test]
 fn close_vs_waiters() {
     static WAITED: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let waiter = spawn_waiter(&slots, |_, checkout, waited| {
@@ -384,7 +445,7 @@ fn close_vs_waiters() {
 fn reap_vs_checkout() {
     static REAPED: Reached = Reached::new();
     static CHECKED_OUT: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let acquirer = {
             let slots = Arc::clone(&slots);
@@ -422,7 +483,7 @@ fn reap_vs_checkout() {
 fn retain_vs_checkout() {
     static RETAINED_DROPPED: Reached = Reached::new();
     static CHECKOUT_FIRST: Reached = Reached::new();
-    loom::model(|| {
+    explore(|| {
         let slots = Arc::new(idle_values(1, &[7]));
         let acquirer = {
             let slots = Arc::clone(&slots);
