@@ -6,12 +6,12 @@
 //! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
 //! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
 //! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
+//! `managed`, `managed-deadpool` and `managed-bb8` run `managed/uncontended` for slotpool's
+//! managed pool, deadpool's and bb8;
 //! `stream-depth1` and `reference-depth1` run `stream-depth1/uncontended`, and
 //! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
 //! `keyed` and `keyed-reference` run `keyed/uncontended` (admit over R2's 19 aliased families,
 //! then release) for slotpool's `Keyed` and R2's design, and print their wall time per round;
-//! `managed` and `managed-deadpool` the same rounds for `slotpool::managed::Pool` and deadpool's
-//! managed pool, each over a no-op manager with 16 objects created before timing;
 //! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
 //! `acquire().await` loop) also print their wall time per round, to separate the atomic path
 //! from the future. The timed rounds run inside [`timed`], so
@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use slotpool_bench::cases::client as client_cases;
 use slotpool_bench::cases::keyed as keyed_cases;
+use slotpool_bench::cases::managed;
 use slotpool_bench::cases::stream::{
     prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
     slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
@@ -137,11 +138,15 @@ fn main() {
         }
         "managed" => {
             let pool = managed::slotpool(&rt);
-            timed(|| rt.block_on(managed::slotpool_rounds(&pool, rounds)));
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
         "managed-deadpool" => {
             let pool = managed::deadpool(&rt);
-            timed(|| rt.block_on(managed::deadpool_rounds(&pool, rounds)));
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed-bb8" => {
+            let pool = client_cases::bb8(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
         other => panic!("unknown path `{other}` (see the module docs)"),
     }
@@ -151,85 +156,4 @@ fn main() {
 #[inline(never)]
 fn timed<R>(run: impl FnOnce() -> R) -> R {
     std::hint::black_box(run())
-}
-
-/// The `managed` paths: no-op managers for slotpool's and deadpool's managed pools.
-mod managed {
-    use std::convert::Infallible;
-    use std::hint::black_box;
-
-    use slotpool_bench::cases::client::CLIENTS;
-    use slotpool_bench::fixtures::Trivial;
-    use tokio::runtime::Runtime;
-
-    /// Creates trivial objects; recycling accepts them (the trait's default).
-    pub struct Noop;
-
-    impl slotpool::managed::Manager for Noop {
-        type Type = Trivial;
-        type Error = Infallible;
-        async fn create(&self) -> Result<Trivial, Infallible> {
-            Ok(Trivial(0))
-        }
-    }
-
-    impl deadpool::managed::Manager for Noop {
-        type Type = Trivial;
-        type Error = Infallible;
-        async fn create(&self) -> Result<Trivial, Infallible> {
-            Ok(Trivial(0))
-        }
-        async fn recycle(
-            &self,
-            _: &mut Trivial,
-            _: &deadpool::managed::Metrics,
-        ) -> deadpool::managed::RecycleResult<Infallible> {
-            Ok(())
-        }
-    }
-
-    pub fn slotpool(rt: &Runtime) -> slotpool::managed::Pool<Noop> {
-        rt.block_on(async {
-            let pool = slotpool::managed::Pool::builder(Noop)
-                .max_size(CLIENTS)
-                .reap_interval(None)
-                .build()
-                .expect("valid bench configuration");
-            let mut held = Vec::new();
-            for _ in 0..CLIENTS {
-                held.push(pool.get().await.expect("room while prewarming"));
-            }
-            drop(held);
-            pool
-        })
-    }
-
-    pub fn deadpool(rt: &Runtime) -> deadpool::managed::Pool<Noop> {
-        rt.block_on(async {
-            let pool = deadpool::managed::Pool::builder(Noop)
-                .max_size(CLIENTS)
-                .build()
-                .expect("valid bench configuration");
-            let mut held = Vec::new();
-            for _ in 0..CLIENTS {
-                held.push(pool.get().await.expect("room while prewarming"));
-            }
-            drop(held);
-            pool
-        })
-    }
-
-    pub async fn slotpool_rounds(pool: &slotpool::managed::Pool<Noop>, rounds: u64) {
-        for _ in 0..rounds {
-            let object = pool.get().await.expect("the pool is open");
-            black_box(&object.0);
-        }
-    }
-
-    pub async fn deadpool_rounds(pool: &deadpool::managed::Pool<Noop>, rounds: u64) {
-        for _ in 0..rounds {
-            let object = pool.get().await.expect("the pool is open");
-            black_box(&object.0);
-        }
-    }
 }

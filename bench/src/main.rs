@@ -1,8 +1,10 @@
 //! `slotpool-bench`: the side-by-side comparison of slotpool, the reference designs and the
 //! floor. Runs the case groups of `slotpool_bench::cases` in order (`stream/`,
-//! `stream-depth1/`, `keyed/`, `session/`, `client/`, `e2e/`; or the `scaling/` cases), prints a
-//! table per case, writes the records as JSON and the ratios as an SVG chart
-//! (`slotpool_bench::report`).
+//! `stream-depth1/`, `keyed/`, `session/`, `client/`, `managed/`, `e2e/`, `postgres/`; or the
+//! `scaling/` cases), prints a table per case, writes the records as JSON and the ratios as an
+//! SVG chart (`slotpool_bench::report`). The `postgres/` cases start a throwaway server through
+//! `bench/postgres/start.sh` and stop it at the end; where none can be started they are
+//! reported as skipped, with the reason.
 //!
 //! ```text
 //! cargo run --release -p slotpool-bench [-- --quick|--smoke] [--json PATH] [--svg PATH] [--only PREFIX]
@@ -12,7 +14,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use slotpool_bench::cases::{client, e2e, keyed, scaling, session, stream, stream_depth1};
+use slotpool_bench::cases::{
+    client, e2e, keyed, managed, postgres, scaling, session, stream, stream_depth1,
+};
 use slotpool_bench::report::{self, Record, Settings};
 
 const USAGE: &str = "\
@@ -173,14 +177,33 @@ fn main() -> ExitCode {
     if group_wanted(only, "client/") {
         records.extend(client::compare(&settings));
     }
+    if group_wanted(only, "managed/") {
+        records.extend(managed::compare_only(&settings, wanted));
+    }
     if group_wanted(only, "e2e/") {
         records.extend(e2e::compare(&settings));
+    }
+    let mut skipped: Vec<(&str, String)> = Vec::new();
+    if group_wanted(only, "postgres/") {
+        match postgres::compare_only(&settings, wanted) {
+            Ok(measured) => records.extend(measured),
+            Err(reason) => {
+                println!("postgres/*: skipped: {reason}");
+                skipped.push(("postgres/*", reason));
+            }
+        }
     }
     records.retain(|r| wanted(&r.case));
 
     print!("\n{}", report::table(&records));
+    for (cases, reason) in &skipped {
+        println!("{cases}  skipped: {reason}");
+    }
     println!("total {:.1} s", started.elapsed().as_secs_f64());
 
+    if records.is_empty() && !skipped.is_empty() {
+        return ExitCode::SUCCESS;
+    }
     if records.is_empty() {
         eprintln!("slotpool-bench: no case matches {:?}", only.unwrap_or(""));
         return ExitCode::from(2);

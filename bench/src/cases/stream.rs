@@ -559,7 +559,7 @@ pub fn saturated_on(case: &str, rt: &Runtime, ops: u64, settings: &Settings) -> 
 }
 
 /// Runs [`saturated_tasks`] on `pool`, about `ops` operations over [`SAT_TASKS`] tasks.
-fn saturated_runner<'a, P: Hold>(
+pub fn saturated_runner<'a, P: Hold>(
     rt: &'a Runtime,
     pool: &'a Arc<P>,
 ) -> Box<dyn FnMut(u64) -> Sample + 'a> {

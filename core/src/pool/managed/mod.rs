@@ -129,6 +129,8 @@ mod error;
 mod maintain;
 mod manager;
 mod object;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod stats;
 pub(crate) mod time;
 

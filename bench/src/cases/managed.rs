@@ -1,0 +1,287 @@
+//! The managed-pool cases: `slotpool::managed::Pool` beside the pools its users come from,
+//! each over a manager that does nothing (objects are numbers; create and recycle succeed at
+//! once), so what is timed is the pool:
+//!
+//! | impl | what |
+//! |---|---|
+//! | `slotpool` | `slotpool::managed::Pool` over [`NoopObjects`], `max_size = 16`, its default recycle policy (every checkout calls the manager's `recycle`, here accepting at once), no background reaper |
+//! | `deadpool` | deadpool 0.13 **managed** `deadpool::managed::Pool` over [`NoopDeadpool`] (`recycle` accepts at once), `max_size = 16`, its defaults otherwise (FIFO) |
+//! | `bb8` | bb8 0.9 as in the `client/*` cases ([`client::bb8`]): the no-op `ManageConnection`, `max_size = min_idle = 16`, no check-out test |
+//! | `tokio-semaphore` | a bare `tokio::sync::Semaphore` of 16 permits in the same loop: the bound, the least an async limit costs |
+//!
+//! | case | what it measures |
+//! |---|---|
+//! | `managed/uncontended` | one task on a current-thread runtime: get, touch the object, drop it |
+//! | `managed/8-tasks-2-workers` | 8 tasks looping get → drop on a 2-worker runtime (16 objects: nobody waits, they contend) |
+//! | `managed/saturated` | 64 tasks for 16 objects on 2 workers, each holding its object across one yield: throughput and the wait percentiles (p50/p99/p999/max) |
+//!
+//! Every pool holds all 16 objects before timing (each is prewarmed through its own `get`).
+//! The loops are the `client/*` cases' ([`client::checkouts`], [`client::checkouts_on_tasks`])
+//! and `stream/saturated`'s ([`stream::saturated_tasks`]), so each implementation here runs
+//! the code a `client/*` or `stream/*` runner would; the runners are public so the criterion
+//! bench (`benches/managed.rs`) times the same code.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::sync::Arc;
+
+use slotpool::managed::{Manager, Object, Pool};
+use tokio::runtime::Runtime;
+
+use crate::cases::client::{self, Bb8, Checkout};
+use crate::cases::stream::{self, Hold};
+use crate::fixtures::{current_thread, multi_thread, NoopManager, Trivial};
+use crate::report::{interleave, split, Record, Runner, Sample, Settings};
+
+/// Case name: one task, get then drop.
+pub const UNCONTENDED: &str = "managed/uncontended";
+/// Case name: 8 tasks on 2 workers, 16 objects.
+pub const TASKS: &str = "managed/8-tasks-2-workers";
+/// Case name: 64 tasks for 16 objects.
+pub const SATURATED: &str = "managed/saturated";
+/// Every managed case, in the order they run.
+pub const CASES: [&str; 3] = [UNCONTENDED, TASKS, SATURATED];
+
+/// Objects in every pool (and permits of the semaphore).
+pub const OBJECTS: usize = client::CLIENTS;
+/// Tasks in the multi-task case.
+pub const TASK_COUNT: usize = client::TASK_COUNT;
+/// Worker threads of the multi-thread runtimes.
+pub const WORKERS: usize = 2;
+/// Tasks in the saturated case.
+pub const SAT_TASKS: usize = stream::SAT_TASKS;
+
+/// Full-run operation counts per repeat (scaled by [`Settings::ops`]).
+pub mod ops {
+    /// `managed/uncontended`.
+    pub const UNCONTENDED: u64 = 2_000_000;
+    /// `managed/8-tasks-2-workers` (all tasks together).
+    pub const TASKS: u64 = 1_000_000;
+    /// `managed/saturated` (all tasks together).
+    pub const SATURATED: u64 = 640_000;
+}
+
+/// slotpool's manager of numbers: creates at once; the default `recycle` accepts every
+/// object.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObjects;
+
+impl Manager for NoopObjects {
+    type Type = Trivial;
+    type Error = Infallible;
+
+    async fn create(&self) -> Result<Trivial, Infallible> {
+        Ok(Trivial(0))
+    }
+}
+
+/// deadpool's manager of numbers: creates at once, recycling accepts every object.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopDeadpool;
+
+impl deadpool::managed::Manager for NoopDeadpool {
+    type Type = Trivial;
+    type Error = Infallible;
+
+    async fn create(&self) -> Result<Trivial, Infallible> {
+        Ok(Trivial(0))
+    }
+
+    async fn recycle(
+        &self,
+        _: &mut Trivial,
+        _: &deadpool::managed::Metrics,
+    ) -> deadpool::managed::RecycleResult<Infallible> {
+        Ok(())
+    }
+}
+
+/// slotpool's managed pool.
+#[derive(Debug, Clone)]
+pub struct Slotpool(pub Pool<NoopObjects>);
+
+impl Checkout for Slotpool {
+    async fn checkout(&self) {
+        let object = self.0.get().await.expect("no-op manager never fails");
+        black_box(&object.0);
+    }
+}
+
+impl Hold for Slotpool {
+    type Guard<'a> = Object<NoopObjects>;
+    async fn hold(&self) -> Object<NoopObjects> {
+        self.0.get().await.expect("no-op manager never fails")
+    }
+}
+
+/// deadpool 0.13, managed.
+pub struct Deadpool(pub deadpool::managed::Pool<NoopDeadpool>);
+
+impl std::fmt::Debug for Deadpool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadpool").finish_non_exhaustive()
+    }
+}
+
+impl Checkout for Deadpool {
+    async fn checkout(&self) {
+        let object = self.0.get().await.expect("no-op manager never fails");
+        black_box(&object.0);
+    }
+}
+
+impl Hold for Deadpool {
+    type Guard<'a> = deadpool::managed::Object<NoopDeadpool>;
+    async fn hold(&self) -> Self::Guard<'_> {
+        self.0.get().await.expect("no-op manager never fails")
+    }
+}
+
+impl Hold for Bb8 {
+    type Guard<'a> = bb8::PooledConnection<'a, NoopManager>;
+    async fn hold(&self) -> Self::Guard<'_> {
+        self.0.get().await.expect("no-op manager never fails")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks
+// ---------------------------------------------------------------------------------------------
+
+/// slotpool's managed pool with all 16 objects created and idle (no background reaper:
+/// nothing else runs during timing).
+pub fn slotpool(rt: &Runtime) -> Slotpool {
+    rt.block_on(async {
+        let pool = Pool::builder(NoopObjects)
+            .max_size(OBJECTS)
+            .reap_interval(None)
+            .build()
+            .expect("valid bench configuration");
+        let mut held = Vec::new();
+        for _ in 0..OBJECTS {
+            held.push(pool.get().await.expect("room while prewarming"));
+        }
+        drop(held);
+        let status = pool.status();
+        assert_eq!((status.size, status.available), (OBJECTS, OBJECTS));
+        Slotpool(pool)
+    })
+}
+
+/// deadpool's managed pool with all 16 objects created and idle.
+pub fn deadpool(rt: &Runtime) -> Deadpool {
+    rt.block_on(async {
+        let pool = deadpool::managed::Pool::builder(NoopDeadpool)
+            .max_size(OBJECTS)
+            .build()
+            .expect("valid bench configuration");
+        let mut held = Vec::new();
+        for _ in 0..OBJECTS {
+            held.push(pool.get().await.expect("room while prewarming"));
+        }
+        drop(held);
+        let status = pool.status();
+        assert_eq!((status.size, status.available), (OBJECTS, OBJECTS));
+        Deadpool(pool)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The comparison
+// ---------------------------------------------------------------------------------------------
+
+/// Runs every managed case.
+pub fn compare(settings: &Settings) -> Vec<Record> {
+    compare_only(settings, |_| true)
+}
+
+/// Runs the managed cases whose name `want` accepts.
+pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Record> {
+    let mut records = Vec::new();
+    if want(UNCONTENDED) {
+        records.extend(uncontended(settings));
+    }
+    if want(TASKS) {
+        records.extend(tasks(settings));
+    }
+    if want(SATURATED) {
+        records.extend(saturated(settings));
+    }
+    records
+}
+
+fn uncontended(settings: &Settings) -> Vec<Record> {
+    let rt = current_thread();
+    let (s, d, b, t) = (
+        slotpool(&rt),
+        deadpool(&rt),
+        client::bb8(&rt),
+        client::tokio_semaphore(),
+    );
+    let ops = settings.ops(ops::UNCONTENDED, 1_000);
+    let run = |ops: u64, elapsed| Sample::timed(ops, elapsed);
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| run(ops, rt.block_on(client::checkouts(&s, ops)))),
+        ),
+        (
+            "deadpool",
+            Box::new(|ops| run(ops, rt.block_on(client::checkouts(&d, ops)))),
+        ),
+        (
+            "bb8",
+            Box::new(|ops| run(ops, rt.block_on(client::checkouts(&b, ops)))),
+        ),
+        (
+            "tokio-semaphore",
+            Box::new(|ops| run(ops, rt.block_on(client::checkouts(&t, ops)))),
+        ),
+    ];
+    interleave(UNCONTENDED, ops, settings, impls)
+}
+
+fn tasks(settings: &Settings) -> Vec<Record> {
+    let rt = multi_thread(WORKERS);
+    let s = Arc::new(slotpool(&rt));
+    let d = Arc::new(deadpool(&rt));
+    let b = Arc::new(client::bb8(&rt));
+    let t = Arc::new(client::tokio_semaphore());
+    let ops = split(settings.ops(ops::TASKS, 8_000), TASK_COUNT).1;
+    let run = |ops: u64, elapsed| Sample::timed(split(ops, TASK_COUNT).1, elapsed);
+    let impls: Vec<Runner<'_>> = vec![
+        (
+            "slotpool",
+            Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &s, ops))),
+        ),
+        (
+            "deadpool",
+            Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &d, ops))),
+        ),
+        (
+            "bb8",
+            Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &b, ops))),
+        ),
+        (
+            "tokio-semaphore",
+            Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &t, ops))),
+        ),
+    ];
+    interleave(TASKS, ops, settings, impls)
+}
+
+fn saturated(settings: &Settings) -> Vec<Record> {
+    let rt = multi_thread(WORKERS);
+    let s = Arc::new(slotpool(&rt));
+    let d = Arc::new(deadpool(&rt));
+    let b = Arc::new(client::bb8(&rt));
+    let t = Arc::new(tokio::sync::Semaphore::new(OBJECTS));
+    let ops = split(settings.ops(ops::SATURATED, 1_000), SAT_TASKS).1;
+    let impls: Vec<Runner<'_>> = vec![
+        ("slotpool", stream::saturated_runner(&rt, &s)),
+        ("deadpool", stream::saturated_runner(&rt, &d)),
+        ("bb8", stream::saturated_runner(&rt, &b)),
+        ("tokio-semaphore", stream::saturated_runner(&rt, &t)),
+    ];
+    interleave(SATURATED, ops, settings, impls)
+}
