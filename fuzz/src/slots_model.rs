@@ -1,10 +1,12 @@
 //! Differential driver: the slot table plus its gate against a sequential model.
 //!
-//! The input chooses a table (bounded 1-6 slots or unbounded, per-slot cap 1-4) and then a
-//! sequence of operations: try_reserve, release (current or stale), mark ready, drain, start /
-//! poll / cancel one waiting reservation, advance the clock, reap. After every operation the
-//! real table's answer and its `stats()` must equal the model's, and a waiter that is pending
-//! while the model has capacity must have been woken (no lost wake-up).
+//! The input chooses a table (bounded 1-6 slots, bounded 130 slots (three bitmap words, so the
+//! room summary is in play), or unbounded; per-slot cap 1-4) and then a sequence of
+//! operations: try_reserve, release (checked, or `release_held` of a held unit; current or
+//! stale), mark ready, drain, start / poll / cancel one waiting reservation, advance the clock,
+//! reap. After every operation the real table's answer and its `stats()` must equal the
+//! model's, its hints must be settled (no capacity hidden, the summary agreeing), and a waiter
+//! that is pending while the model has capacity must have been woken (no lost wake-up).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +18,9 @@ use slotpool::slots::{Capacity, Phase, Reservation, Reserve, SlotTable};
 use slotpool::TryAcquireError;
 
 use crate::bytes::Bytes;
+
+/// The wide table's slots: three bitmap words, the first segment whole.
+const WIDE: usize = 130;
 
 /// The model of one slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,11 +164,10 @@ impl Wake for Flag {
 pub fn run(data: &[u8]) {
     let mut input = Bytes::new(data);
     let max_load = 1 + input.below(4) as u32;
-    let shape = input.below(7);
-    let (capacity, unbounded, slots) = if shape == 6 {
-        (Capacity::Unbounded, true, 64)
-    } else {
-        (Capacity::Bounded(shape + 1), false, shape + 1)
+    let (capacity, unbounded, slots) = match input.below(8) {
+        6 => (Capacity::Unbounded, true, 64),
+        7 => (Capacity::Bounded(WIDE), false, WIDE),
+        shape => (Capacity::Bounded(shape + 1), false, shape + 1),
     };
     let table = SlotTable::<()>::new(capacity, max_load).expect("valid configuration");
     let mut model = Model {
@@ -203,7 +207,13 @@ pub fn run(data: &[u8]) {
                 let r = held.swap_remove(input.below(held.len()));
                 let queued = waiter.is_some() && handed.is_none() && table.stats().waiting == 1;
                 let expected = model.release_or_hand(r, queued, &mut handed);
-                assert_eq!(table.release(r), expected);
+                if input.below(2) == 0 {
+                    assert_eq!(table.release(r), expected);
+                } else {
+                    // A unit in `held` is held: a slot with load never retires.
+                    assert!(expected, "a held unit the model calls stale");
+                    table.release_held(r);
+                }
                 if !expected {
                     stale.push(r);
                 }
@@ -287,13 +297,17 @@ pub fn run(data: &[u8]) {
         assert!(model.release(index, generation));
     }
     for r in held {
-        let expected = model.release(r.index(), r.generation().get());
-        assert_eq!(table.release(r), expected);
+        assert!(model.release(r.index(), r.generation().get()));
+        table.release_held(r);
     }
     check(&table, &model, false);
 }
 
 fn check(table: &SlotTable<()>, model: &Model, waiting: bool) {
+    assert!(
+        table.hints_settled(),
+        "a hint hides capacity or the summary lost a word"
+    );
     let stats = table.stats();
     let count = |p: Phase| model.slots.iter().filter(|s| s.phase == p).count();
     assert_eq!(stats.slots, model.slots.len());
