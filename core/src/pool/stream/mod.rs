@@ -698,11 +698,18 @@ impl<C: Connector> StreamPool<C> {
         if reservation.claimed() {
             self.admit_claimed(reservation)?;
         }
+        Ok(self.guard(reservation))
+    }
+
+    /// The guard of a reservation that claimed nothing (or whose claim was admitted), counted
+    /// as an acquire.
+    #[inline(always)]
+    fn guard(&self, reservation: Reservation) -> StreamGuard<'_, C> {
         self.shared.counters.acquires.incr();
-        Ok(StreamGuard {
+        StreamGuard {
             shared: &self.shared,
             reservation: Some(reservation),
-        })
+        }
     }
 
     /// The spin-up half of [`StreamPool::admit`], kept out of the hot path.
@@ -934,15 +941,19 @@ pub struct Acquire<'a, C: Connector> {
 impl<'a, C: Connector> Future for Acquire<'a, C> {
     type Output = Result<StreamGuard<'a, C>, AcquireError>;
 
-    #[inline]
+    /// Always inlined, so the uncontended case costs no call wherever the future is awaited.
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         // The uncontended case, inlined and kept apart from the rest so that it needs no
         // spills: a future that is not queued joins the lowest stream with room (what
         // `poll_reserve` would try first; a join never claims, so there is nothing to start).
+        // Such a future has not waited: one that returned `Pending` stays queued until a
+        // poll (through `poll_full`) takes its notification, so no wait is counted here.
         if !this.wait.is_queued() {
             if let Some(reservation) = this.pool.shared.table.reserve_fast() {
-                return Poll::Ready(this.resolve(reservation));
+                debug_assert!(!this.waited, "a future that waited is queued");
+                return Poll::Ready(Ok(this.pool.guard(reservation)));
             }
         }
         this.poll_full(cx)
@@ -1040,9 +1051,11 @@ impl<C: Connector> StreamGuard<'_, C> {
 }
 
 impl<C: Connector> Drop for StreamGuard<'_, C> {
+    #[inline]
     fn drop(&mut self) {
+        // The guard's unit is its own until it hands it to a driver (and then this is `None`).
         if let Some(reservation) = self.reservation.take() {
-            self.shared.table.release(reservation);
+            self.shared.table.release_held(reservation);
         }
     }
 }
@@ -1085,9 +1098,11 @@ impl<C: Connector> OwnedStreamGuard<C> {
 }
 
 impl<C: Connector> Drop for OwnedStreamGuard<C> {
+    #[inline]
     fn drop(&mut self) {
+        // As `StreamGuard`'s: the unit is the guard's own while it has it.
         if let Some(reservation) = self.reservation.take() {
-            self.shared.table.release(reservation);
+            self.shared.table.release_held(reservation);
         }
     }
 }
