@@ -19,7 +19,8 @@ use slotpool::TryAcquireError;
 
 use crate::bytes::Bytes;
 
-/// The wide table's slots: three bitmap words, the first segment whole.
+/// The wide table's slots: three bitmap words, the first segment whole (its first word is
+/// kept full, see [`run`]).
 const WIDE: usize = 130;
 
 /// The model of one slot.
@@ -178,6 +179,17 @@ pub fn run(data: &[u8]) {
     let timeout = 10;
     let mut now = 0u64;
     let mut held: Vec<Reservation> = Vec::new();
+    // The wide table's first bitmap word is kept full for the whole run, so that every
+    // reservation scans past it: through the room summary on the fast path.
+    let mut pinned: Vec<Reservation> = Vec::new();
+    if slots == WIDE {
+        for _ in 0..64 * max_load {
+            let r = table.try_reserve().expect("an empty table has room");
+            let expected = model.reserve().expect("an empty model has room");
+            assert_eq!((r.index(), r.claimed(), r.generation().get()), expected);
+            pinned.push(r);
+        }
+    }
     let mut stale: Vec<Reservation> = Vec::new();
     let flag = Arc::new(Flag::default());
     let waker = Waker::from(Arc::clone(&flag));
@@ -296,7 +308,7 @@ pub fn run(data: &[u8]) {
     if let Some((index, generation)) = handed.take() {
         assert!(model.release(index, generation));
     }
-    for r in held {
+    for r in held.into_iter().chain(pinned) {
         assert!(model.release(r.index(), r.generation().get()));
         table.release_held(r);
     }
