@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use common::poll_once;
-use common::stream::Script;
+use common::stream::{Pool, Script};
 use slotpool::slots::{Capacity, SlotTable};
 use slotpool::Limit;
 
@@ -65,6 +65,22 @@ fn ready<F: Future>(future: F, what: &str) -> F::Output {
     }
 }
 
+/// A stream pool of four streams at queue depth `depth`, its first stream started (that
+/// allocates, once).
+fn warm_stream_pool(depth: usize) -> Pool {
+    let (script, _) = Script::echo();
+    let pool = script
+        .builder()
+        .max_streams(4)
+        .max_queue_depth(depth)
+        .reap_interval(None)
+        .build()
+        .unwrap();
+    drop(pool.try_acquire().unwrap());
+    let _ = pool.stats();
+    pool
+}
+
 /// The counter itself: a zero below means nothing was allocated, not that nothing is counted.
 #[test]
 fn the_allocator_counts() {
@@ -79,18 +95,7 @@ fn the_allocator_counts() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn stream_pool_acquire_and_release_allocate_nothing() {
-    let (script, _) = Script::echo();
-    let pool = script
-        .builder()
-        .max_streams(4)
-        .max_queue_depth(8)
-        .reap_interval(None)
-        .build()
-        .unwrap();
-    let pool = Arc::new(pool);
-    // Warm up: the first acquire starts the stream (that allocates, once).
-    drop(pool.try_acquire().unwrap());
-    let _ = pool.stats();
+    let pool = Arc::new(warm_stream_pool(8));
     let n = allocations_during(|| {
         for _ in 0..ROUNDS {
             drop(pool.try_acquire().unwrap());
@@ -106,15 +111,7 @@ async fn stream_pool_acquire_and_release_allocate_nothing() {
 /// At a queue depth of 1 every acquire fills its stream and every release frees it again.
 #[tokio::test(flavor = "current_thread")]
 async fn stream_pool_at_depth_one_allocates_nothing() {
-    let (script, _) = Script::echo();
-    let pool = script
-        .builder()
-        .max_streams(4)
-        .max_queue_depth(1)
-        .reap_interval(None)
-        .build()
-        .unwrap();
-    drop(pool.try_acquire().unwrap());
+    let pool = warm_stream_pool(1);
     let n = allocations_during(|| {
         for _ in 0..ROUNDS {
             drop(ready(pool.acquire(), "acquire").unwrap());

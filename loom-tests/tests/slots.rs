@@ -52,23 +52,34 @@ fn assert_all_capacity_visible(table: &SlotTable, slots: usize, max_load: u32) {
 /// sleeps while it is free), and the load never exceeds the cap.
 #[test]
 fn reserve_vs_release() {
-    loom::model(|| {
-        let (table, mut held) = full_table(1, 1);
-        let table = Arc::new(table);
-        let r = held.pop().unwrap();
-        let waiter = {
-            let table = Arc::clone(&table);
-            thread::spawn(move || {
-                let got = block_on(table.reserve()).unwrap();
-                assert!(!got.claimed());
-                assert!(table.release(got));
-            })
-        };
-        assert!(table.release(r));
-        waiter.join().unwrap();
-        assert_eq!(table.stats().in_flight, 0);
-        assert_all_capacity_visible(&table, 1, 1);
-    });
+    loom::model(|| release_vs_waiter(|table, r| assert!(table.release(r))));
+}
+
+/// [`reserve_vs_release`] with `release_held`, from full, while the caller waits for that
+/// slot: the waiter gets the unit (handed over if it queued first, else through the room bit
+/// and the notify of rule 1) and is never left asleep next to it.
+#[test]
+fn held_release_wakes_a_waiter() {
+    loom::model(|| release_vs_waiter(|table, r| table.release_held(r)));
+}
+
+/// A waiter on a one-slot, one-unit table while the holder gives its unit back by `release`.
+fn release_vs_waiter(release: fn(&SlotTable, slotpool::Reservation)) {
+    let (table, mut held) = full_table(1, 1);
+    let table = Arc::new(table);
+    let r = held.pop().unwrap();
+    let waiter = {
+        let table = Arc::clone(&table);
+        thread::spawn(move || {
+            let got = block_on(table.reserve()).unwrap();
+            assert!(!got.claimed());
+            release(&table, got);
+        })
+    };
+    release(&table, r);
+    waiter.join().unwrap();
+    assert_eq!(table.stats().in_flight, 0);
+    assert_all_capacity_visible(&table, 1, 1);
 }
 
 /// Claim racing join on one Empty slot of depth 2: exactly one caller claims (and so starts
@@ -421,29 +432,6 @@ fn held_release_vs_drain() {
         assert_eq!((word.phase(), word.load()), (Phase::Empty, 0));
         assert_eq!(word.generation(), claim.generation().next());
         assert_all_capacity_visible(&table, 1, 2);
-    });
-}
-
-/// A held release from full while a caller waits for that slot: the waiter gets the unit
-/// (handed over if it queued first, else through the room bit and the notify of rule 1) and is
-/// never left asleep next to it.
-#[test]
-fn held_release_wakes_a_waiter() {
-    loom::model(|| {
-        let (table, mut held) = full_table(1, 1);
-        let table = Arc::new(table);
-        let r = held.pop().unwrap();
-        let waiter = {
-            let table = Arc::clone(&table);
-            thread::spawn(move || {
-                let got = block_on(table.reserve()).unwrap();
-                table.release_held(got);
-            })
-        };
-        table.release_held(r);
-        waiter.join().unwrap();
-        assert_eq!(table.stats().in_flight, 0);
-        assert_all_capacity_visible(&table, 1, 1);
     });
 }
 
