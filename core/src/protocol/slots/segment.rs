@@ -109,18 +109,24 @@ pub(super) struct Bitmap {
     /// Bit `local % WORD_BITS` of word `local / WORD_BITS` is slot `local`'s hint.
     pub(super) words: Box<[CachePadded<AtomicU64>]>,
     /// Bit `w`, for `1 <= w < 64`: word `w` may be non-zero (word 0 is always read directly).
-    /// `None` for a bitmap that keeps no summary: a vacancy bitmap, a one-word bitmap, or one
-    /// of more than 64 words (a grown segment, which the fast path never reads).
-    summary: Option<CachePadded<AtomicU64>>,
+    /// Kept only when `summarised`, and zero otherwise.
+    summary: CachePadded<AtomicU64>,
+    /// Whether `summary` is kept: for a room bitmap of two to 64 words (not for a vacancy
+    /// bitmap, which no fast path reads, nor for one of more than 64 words: a grown segment,
+    /// which the fast path never reads either).
+    summarised: bool,
 }
 
 impl Bitmap {
-    fn new(words: impl Iterator<Item = u64>, summarised: bool) -> Self {
+    fn new(words: impl Iterator<Item = u64>, room: bool) -> Self {
         let words: Box<[CachePadded<AtomicU64>]> =
             words.map(|w| CachePadded::new(AtomicU64::new(w))).collect();
-        let summary = (summarised && words.len() > 1 && words.len() <= 64)
-            .then(|| CachePadded::new(AtomicU64::new(0)));
-        Bitmap { words, summary }
+        let summarised = room && words.len() > 1 && words.len() <= 64;
+        Bitmap {
+            words,
+            summary: CachePadded::new(AtomicU64::new(0)),
+            summarised,
+        }
     }
 
     /// The word that holds slot `local`'s bit.
@@ -171,39 +177,56 @@ impl Bitmap {
     /// The word `w` went from zero to non-zero: flag it in the summary.
     #[cold]
     fn summarise(&self, w: usize) {
-        if let Some(summary) = self.summary.as_ref().filter(|_| w > 0) {
-            summary.fetch_or(1 << w, Ordering::SeqCst);
+        if self.summarised && w > 0 {
+            self.summary.fetch_or(1 << w, Ordering::SeqCst);
         }
     }
 
     /// The word `w` is (or was seen) empty: clear its summary bit, then re-read the word and
     /// flag it again if a setter filled it meanwhile.
     fn unsummarise(&self, w: usize) {
-        if let Some(summary) = self.summary.as_ref().filter(|_| w > 0) {
-            summary.fetch_and(!(1 << w), Ordering::SeqCst);
+        if self.summarised && w > 0 {
+            self.summary.fetch_and(!(1 << w), Ordering::SeqCst);
             if self.words[w].load(Ordering::SeqCst) != 0 {
-                summary.fetch_or(1 << w, Ordering::SeqCst);
+                self.summary.fetch_or(1 << w, Ordering::SeqCst);
             }
         }
     }
 
-    /// The lowest slot flagged in the words after the first: through the summary (clearing
-    /// the summary bits of words it finds empty), or word by word for a bitmap without one.
-    /// Out of line: the fast path reaches it only when the first word is empty.
-    #[inline(never)]
+    /// The lowest slot flagged in the words after the first, through the summary: inline
+    /// when its lowest flagged word has a bit set (a table whose low slots are all full), out
+    /// of line otherwise.
+    #[inline]
     pub(super) fn first_after_word0(&self) -> Option<usize> {
-        let Some(summary) = &self.summary else {
-            return self.words.iter().enumerate().skip(1).find_map(|(w, word)| {
-                let bits = word.load(Ordering::SeqCst);
-                (bits != 0).then(|| w * WORD_BITS + bits.trailing_zeros() as usize)
-            });
-        };
-        let mut flagged = summary.load(Ordering::SeqCst);
-        while flagged != 0 {
+        let flagged = self.summary.load(Ordering::SeqCst);
+        if flagged != 0 {
             let w = flagged.trailing_zeros() as usize;
             let bits = self.words.get(w)?.load(Ordering::SeqCst);
             if bits != 0 {
                 return Some(w * WORD_BITS + bits.trailing_zeros() as usize);
+            }
+        }
+        self.first_after_word0_slow(flagged)
+    }
+
+    /// The rest of [`Bitmap::first_after_word0`]: clears the summary bits of words it finds
+    /// empty (with the re-read) and goes on to the next flagged word; a bitmap without a
+    /// summary is read word by word.
+    #[cold]
+    #[inline(never)]
+    fn first_after_word0_slow(&self, mut flagged: u64) -> Option<usize> {
+        let first_bit = |w: usize, bits: u64| w * WORD_BITS + bits.trailing_zeros() as usize;
+        if !self.summarised {
+            return self.words.iter().enumerate().skip(1).find_map(|(w, word)| {
+                let bits = word.load(Ordering::SeqCst);
+                (bits != 0).then(|| first_bit(w, bits))
+            });
+        }
+        while flagged != 0 {
+            let w = flagged.trailing_zeros() as usize;
+            let bits = self.words.get(w)?.load(Ordering::SeqCst);
+            if bits != 0 {
+                return Some(first_bit(w, bits));
             }
             self.unsummarise(w);
             flagged &= flagged - 1;
@@ -220,10 +243,10 @@ impl Bitmap {
     /// without a summary). Holds whenever no caller is between its two steps; model checks
     /// assert it once their threads are done.
     pub(super) fn summary_agrees(&self) -> bool {
-        let Some(summary) = &self.summary else {
+        if !self.summarised {
             return true;
-        };
-        let flagged = summary.load(Ordering::SeqCst);
+        }
+        let flagged = self.summary.load(Ordering::SeqCst);
         self.words
             .iter()
             .enumerate()
