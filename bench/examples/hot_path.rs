@@ -1,31 +1,68 @@
-//! A fixed number of uncontended acquire → release rounds on one task, for instruction
-//! counting: `valgrind --tool=callgrind target/release/examples/hot_path stream 100000`.
+//! A fixed number of acquire → release rounds of one hot path on one task, for instruction
+//! counting, and the budgets table that counts every hot path at once.
 //!
-//! Which path: `stream` (slotpool's `StreamPool`), `reference` (R1's), `floor` (one CAS below
-//! the limit and one `fetch_sub`); `saturated-stream` and `saturated-reference` run the
-//! `stream/saturated` case (64 tasks for 16 slots on 2 workers; count those with
-//! `--toggle-collect='*saturated*'`, which takes the tasks' polls); `client` and
-//! `client-deadpool` run `client/uncontended` for slotpool's `ClientPool` and deadpool;
-//! `managed`, `managed-deadpool` and `managed-bb8` run `managed/uncontended` for slotpool's
-//! managed pool, deadpool's and bb8;
-//! `stream-depth1` and `reference-depth1` run `stream-depth1/uncontended`, and
-//! `stream-depth1-busy` and `reference-depth1-busy` `stream-depth1/256-streams-240-busy`;
-//! `keyed` and `keyed-reference` run `keyed/uncontended` (admit over R2's 19 aliased families,
-//! then release) for slotpool's `Keyed` and R2's design, and print their wall time per round;
-//! `stream-try` (a plain loop of `try_acquire` and drop) and `stream-async` (the
-//! `acquire().await` loop) also print their wall time per round, to separate the atomic path
-//! from the future. The timed rounds run inside [`timed`], so
-//! `--toggle-collect='hot_path::timed*'` counts them alone; divide by the rounds.
+//! ```sh
+//! cargo run --release -p slotpool-bench --example hot_path -- budgets      # the table
+//! cargo run --release -p slotpool-bench --example hot_path -- stream 100000
+//! valgrind --tool=callgrind --toggle-collect='hot_path::timed*' target/release/examples/hot_path stream 100000
+//! ```
+//!
+//! **Budgets.** `budgets [ROUNDS]` re-executes this binary under `valgrind --tool=callgrind
+//! --dump-instr=yes --compress-pos=no --compress-strings=no --toggle-collect='hot_path::timed*'`
+//! for every path in [`BUDGETS`], at `ROUNDS` (default 10 000) and twice as many rounds, and
+//! prints per operation the instructions executed and the **locked read-modify-writes**
+//! among them, each the difference of the two runs divided by `ROUNDS` (so the set-up inside
+//! the timed frame, a runtime's first poll, a first-use initialisation, cancels out). Locked
+//! RMWs are counted exactly: callgrind's per-instruction counts (`0xADDR LINE COUNT`, object
+//! relative; the line after each `calls=` line is a call's inclusive cost and is skipped) are
+//! summed at the addresses where `objdump -d` of this same binary shows a `lock`-prefixed
+//! instruction or an `xchg` with a memory operand. It needs `valgrind` and `objdump`.
+//!
+//! **Paths** (one task, no contention; `ROUNDS` defaults to 100 000):
+//!
+//! | mode | one round |
+//! |---|---|
+//! | `floor` | one CAS below a limit and one `fetch_sub` on one counter (the floor of every table) |
+//! | `stream` | `StreamPool::acquire().await` and drop the guard (64 streams × depth 8, one open) |
+//! | `stream-try` | `try_acquire()` and drop, in a plain loop (also prints wall ns/round) |
+//! | `stream-async` | as `stream`, printing wall ns/round |
+//! | `stream-owned` | `acquire_owned().await` on an `Arc` pool and drop |
+//! | `stream-scan` | as `stream` with 256 streams open and the lowest 240 full (`stream/256-streams-240-full`) |
+//! | `stream-depth1` | as `stream` at `max_queue_depth(1)` (`stream-depth1/uncontended`) |
+//! | `stream-depth1-busy` | `stream-depth1/256-streams-240-busy` |
+//! | `client` | `ClientPool` checkout and return (`client/uncontended`) |
+//! | `managed` | `managed::Pool::get().await` and drop the object (`managed/uncontended`, no-op manager, 16 objects) |
+//! | `keyed` | `Keyed::admit` and drop, cycling the 19 families of `keyed/uncontended` |
+//! | `session-hot` | `SessionPool::acquire` of an active session and drop, cycling 1000 sessions |
+//! | `limit` | `Limit::try_acquire` and drop |
+//! | `gate` | a wait on the gate and its notify: with the one permit of a `Limit` held, poll its `acquire()` (it queues), drop the held permit (which hands it to the waiter), poll again (ready) |
+//!
+//! and, for comparison only (not in the budgets): `reference`, `reference-depth1`,
+//! `reference-depth1-busy` (R1's stream pool), `client-deadpool`, `managed-deadpool` and
+//! `managed-bb8` (the peers of `managed/uncontended`), `keyed-reference` (R2's design); `saturated-stream` and
+//! `saturated-reference` run `stream/saturated` (64 tasks for 16 slots on 2 workers; count
+//! those with `--toggle-collect='*saturated*'`, which takes the tasks' polls).
+//!
+//! The timed rounds run inside [`timed`], so `--toggle-collect='hot_path::timed*'` counts
+//! them alone; divide by the rounds.
 
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::path::Path;
+use std::pin::pin;
+use std::process::Command;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
+use slotpool::Limit;
 use slotpool_bench::cases::client as client_cases;
 use slotpool_bench::cases::keyed as keyed_cases;
 use slotpool_bench::cases::managed;
+use slotpool_bench::cases::session as session_cases;
 use slotpool_bench::cases::stream::{
-    prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
-    slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS, STREAMS,
-    WORKERS,
+    fill_slotpool, prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
+    slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS,
+    SCAN_STREAMS, STREAMS, WORKERS,
 };
 use slotpool_bench::cases::stream_depth1 as depth1;
 use slotpool_bench::fixtures::{
@@ -33,12 +70,40 @@ use slotpool_bench::fixtures::{
 };
 use slotpool_bench::reference::stream::RefStreamPool;
 
+/// The hot paths the budgets table lists, in order, as (mode, what one operation is); the
+/// floor comes first, and every row is compared with it. Adding a path is one line here (and
+/// its mode in [`run`]).
+const BUDGETS: &[(&str, &str)] = &[
+    ("floor", "CAS below a limit + `fetch_sub`"),
+    ("stream", "stream `acquire().await` + drop"),
+    ("stream-try", "stream `try_acquire()` + drop"),
+    ("stream-owned", "stream `acquire_owned().await` + drop"),
+    ("stream-scan", "stream acquire + drop, 240 of 256 full"),
+    ("stream-depth1", "stream acquire + drop, depth 1"),
+    ("client", "client checkout + return"),
+    ("managed", "managed `get().await` + drop"),
+    ("keyed", "keyed `admit` + drop"),
+    ("session-hot", "session hot `acquire` + drop"),
+    ("limit", "`Limit::try_acquire` + drop"),
+    ("gate", "gate wait + notify: queue, hand over, resolve"),
+];
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let which = args.next().unwrap_or_else(|| "stream".into());
+    if which == "budgets" {
+        let rounds = args.next().map_or(10_000, |n| n.parse().expect("rounds"));
+        budgets(rounds);
+        return;
+    }
     let rounds: u64 = args.next().map_or(100_000, |n| n.parse().expect("rounds"));
+    run(&which, rounds);
+}
+
+/// Runs `rounds` rounds of path `which` inside [`timed`].
+fn run(which: &str, rounds: u64) {
     let rt = current_thread();
-    match which.as_str() {
+    match which {
         "stream" => {
             let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
             prewarm_slotpool(&rt, &pool, 1, 1);
@@ -64,6 +129,23 @@ fn main() {
             prewarm_slotpool(&rt, &pool, 1, 1);
             let elapsed = timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
             println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
+        }
+        "stream-owned" => {
+            let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH));
+            prewarm_slotpool(&rt, &pool, 1, 1);
+            timed(|| {
+                rt.block_on(async {
+                    for _ in 0..rounds {
+                        let guard = Arc::clone(&pool).acquire_owned().await.expect("open");
+                        std::hint::black_box(&guard);
+                    }
+                })
+            });
+        }
+        "stream-scan" => {
+            let pool = slotpool_pool(&rt, NoopConnector, SCAN_STREAMS, DEPTH);
+            let _held = fill_slotpool(&rt, &pool, DEPTH);
+            timed(|| rt.block_on(slotpool_acquire_release(&pool, rounds)));
         }
         "reference" => {
             let pool = {
@@ -148,6 +230,50 @@ fn main() {
             let pool = client_cases::bb8(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
+        "session-hot" => {
+            let pool = session_cases::slotpool_pool(&rt);
+            let ids = session_cases::hot_ids();
+            session_cases::fill_slotpool(&rt, &pool, &ids);
+            let ctx = session_cases::context();
+            timed(|| {
+                rt.block_on(async {
+                    for id in ids.iter().cycle().take(rounds as usize) {
+                        match pool.acquire(id, &ctx).await {
+                            Ok(session) => drop(std::hint::black_box(session)),
+                            Err(e) => panic!("hot acquire failed: {e}"),
+                        }
+                    }
+                })
+            });
+        }
+        "limit" => {
+            let limit = Limit::new(STREAMS * DEPTH).expect("valid capacity");
+            timed(|| {
+                for _ in 0..rounds {
+                    let permit = limit.try_acquire().expect("room");
+                    std::hint::black_box(&permit);
+                }
+            });
+        }
+        "gate" => {
+            let limit = Limit::new(1).expect("valid capacity");
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut held = limit.try_acquire().expect("the one permit");
+            timed(|| {
+                for _ in 0..rounds {
+                    let mut wait = pin!(limit.acquire());
+                    assert!(
+                        wait.as_mut().poll(&mut cx).is_pending(),
+                        "the permit is held"
+                    );
+                    drop(held);
+                    held = match wait.as_mut().poll(&mut cx) {
+                        Poll::Ready(Ok(permit)) => permit,
+                        _ => panic!("the released permit goes to the waiter"),
+                    };
+                }
+            });
+        }
         other => panic!("unknown path `{other}` (see the module docs)"),
     }
 }
@@ -156,4 +282,183 @@ fn main() {
 #[inline(never)]
 fn timed<R>(run: impl FnOnce() -> R) -> R {
     std::hint::black_box(run())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budgets: this binary under callgrind, path by path
+// ---------------------------------------------------------------------------------------------
+
+/// What callgrind counted in the timed frame of one run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    /// Instructions executed, in every object.
+    instructions: u64,
+    /// Locked read-modify-writes among them, in every object `objdump` can read.
+    locked: u64,
+    /// Instructions executed outside this binary (libc's `memcmp`, `malloc`, ...).
+    elsewhere: u64,
+}
+
+/// The locked instructions of each object met so far, by its path (`None`: unreadable).
+type LockedSites = HashMap<String, Option<HashSet<u64>>>;
+
+/// Prints the budgets table: every path of [`BUDGETS`] at `rounds` and `2 × rounds`.
+fn budgets(rounds: u64) {
+    let exe = std::env::current_exe().expect("the path of this binary");
+    let mut sites = LockedSites::new();
+    assert!(
+        locked_sites(&mut sites, &exe.to_string_lossy()).is_some(),
+        "cannot disassemble {} with objdump (is binutils installed?)",
+        exe.display()
+    );
+    println!(
+        "hot-path budgets: callgrind, per operation, ({rounds} → {} rounds) / {rounds}; \
+         floor = one CAS below a limit + one fetch_sub",
+        2 * rounds
+    );
+    println!();
+    println!(
+        "| path | one operation | instructions | locked RMWs | × floor's instructions | outside the binary |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    let mut floor = None;
+    for &(mode, op) in BUDGETS {
+        let once = measure(&exe, &mut sites, mode, rounds);
+        let twice = measure(&exe, &mut sites, mode, 2 * rounds);
+        let per_op =
+            |f: fn(&Cost) -> u64| f(&twice).saturating_sub(f(&once)) as f64 / rounds as f64;
+        let (instructions, locked_rmws) = (per_op(|c| c.instructions), per_op(|c| c.locked));
+        let elsewhere = per_op(|c| c.elsewhere);
+        let floor_instructions = *floor.get_or_insert(instructions);
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.1}× | {:.1} |",
+            mode,
+            op,
+            instructions,
+            locked_rmws,
+            instructions / floor_instructions,
+            elsewhere
+        );
+    }
+    let unread: Vec<&str> = sites
+        .iter()
+        .filter(|(_, locked)| locked.is_none())
+        .map(|(object, _)| object.as_str())
+        .collect();
+    if !unread.is_empty() {
+        println!();
+        println!(
+            "(locked RMWs not counted in {}: objdump cannot read them)",
+            unread.join(", ")
+        );
+    }
+}
+
+/// Runs `exe MODE ROUNDS` under callgrind, counting the timed frame, and reads the counts.
+fn measure(exe: &Path, sites: &mut LockedSites, mode: &str, rounds: u64) -> Cost {
+    let out = std::env::temp_dir().join(format!(
+        "hot_path-{}-{mode}-{rounds}.callgrind",
+        std::process::id()
+    ));
+    let status = Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--dump-instr=yes",
+            "--compress-pos=no",
+            "--compress-strings=no",
+            "--toggle-collect=hot_path::timed*",
+        ])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(exe)
+        .args([mode, &rounds.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run valgrind (is it installed?): {e}"));
+    assert!(status.success(), "`{mode} {rounds}` failed under callgrind");
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", out.display()));
+    let _ = std::fs::remove_file(&out);
+    parse_callgrind(&text, &exe.to_string_lossy(), sites)
+}
+
+/// Sums callgrind's per-instruction costs (`--dump-instr=yes --compress-pos=no
+/// --compress-strings=no` output): all of them, those at the locked instructions of their
+/// object, and those outside `exe`.
+fn parse_callgrind(text: &str, exe: &str, sites: &mut LockedSites) -> Cost {
+    let mut cost = Cost::default();
+    let mut object = String::new();
+    let mut skip_next = false;
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("ob=") {
+            name.clone_into(&mut object);
+            continue;
+        }
+        if line.starts_with("calls=") {
+            // The next line is the call's inclusive cost, counted where it was spent.
+            skip_next = true;
+            continue;
+        }
+        if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("0x") else {
+            continue;
+        };
+        let mut fields = rest.split_ascii_whitespace();
+        let (Some(address), Some(_line), Some(count)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let (Ok(address), Ok(count)) = (u64::from_str_radix(address, 16), count.parse::<u64>())
+        else {
+            continue;
+        };
+        cost.instructions += count;
+        if object != exe {
+            cost.elsewhere += count;
+        }
+        if locked_sites(sites, &object).is_some_and(|locked| locked.contains(&address)) {
+            cost.locked += count;
+        }
+    }
+    cost
+}
+
+/// The addresses of `object`'s locked read-modify-writes, from `objdump -d` (cached): every
+/// `lock`-prefixed instruction and every `xchg` with a memory operand (locked implicitly).
+/// Callgrind reports addresses relative to their object, as `objdump` prints them. `None`
+/// for an object `objdump` cannot read (the vDSO, say).
+fn locked_sites<'a>(sites: &'a mut LockedSites, object: &str) -> Option<&'a HashSet<u64>> {
+    sites
+        .entry(object.to_owned())
+        .or_insert_with(|| disassemble_locked(object))
+        .as_ref()
+}
+
+fn disassemble_locked(object: &str) -> Option<HashSet<u64>> {
+    let output = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", object])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut locked = HashSet::new();
+    for line in text.lines() {
+        // `  bcf6c:\tlock cmpxchg %rsi,(%rcx)`
+        let Some((address, instruction)) = line.split_once(":\t") else {
+            continue;
+        };
+        let Ok(address) = u64::from_str_radix(address.trim(), 16) else {
+            continue;
+        };
+        let instruction = instruction.trim_start();
+        if instruction.starts_with("lock")
+            || (instruction.starts_with("xchg") && instruction.contains('('))
+        {
+            locked.insert(address);
+        }
+    }
+    Some(locked)
 }

@@ -1,19 +1,23 @@
-//! The fast path allocates nothing: acquire + release on a stream pool with room, a managed
-//! pool's checkout + return of an idle object (recycled: the policy's default), and reserve +
-//! release on a bare slot table, counted by a global allocator. Nor does a wait on the gate:
-//! the waiter's queue node lives in its future.
+//! The hot paths allocate nothing, counted by a global allocator: once a pool is warm, every
+//! acquire and release that finds capacity (stream guards borrowed and owned, sync and async;
+//! a client checkout and return; a managed pool's checkout and return of an idle object; a
+//! keyed admission and its release; a hot session acquire; a limit's permit, with and without
+//! its future; a bare slot table's reserve and release). Nor does a wait on the gate and its
+//! wake-up: the waiter's queue node lives in its future.
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use common::managed::Fixture;
 use common::poll_once;
-use common::stream::Script;
+use common::stream::{Pool, Script};
 use slotpool::slots::{Capacity, SlotTable};
 use slotpool::{Gate, Limit};
 
@@ -46,35 +50,120 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Rounds of each path inside the counted section.
+const ROUNDS: usize = 1_000;
+
 fn allocations_during(f: impl FnOnce()) -> u64 {
     let before = ALLOCATIONS.with(Cell::get);
     f();
     ALLOCATIONS.with(Cell::get) - before
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn stream_pool_acquire_and_release_allocate_nothing() {
+/// Polls `future` once and returns its output: the hot paths resolve without waiting.
+fn ready<F: Future>(future: F, what: &str) -> F::Output {
+    match poll_once(pin!(future)) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("{what} waited although capacity was free"),
+    }
+}
+
+/// A stream pool of four streams at queue depth `depth`, its first stream started (that
+/// allocates, once).
+fn warm_stream_pool(depth: usize) -> Pool {
     let (script, _) = Script::echo();
     let pool = script
         .builder()
         .max_streams(4)
-        .max_queue_depth(8)
+        .max_queue_depth(depth)
         .reap_interval(None)
         .build()
         .unwrap();
-    // Warm up: the first acquire starts the stream (that allocates, once).
     drop(pool.try_acquire().unwrap());
     let _ = pool.stats();
+    pool
+}
+
+/// The counter itself: a zero below means nothing was allocated, not that nothing is counted.
+#[test]
+fn the_allocator_counts() {
     let n = allocations_during(|| {
-        for _ in 0..1_000 {
+        let boxed = std::hint::black_box(Box::new(7u64));
+        let mut grown = std::hint::black_box(Vec::<u64>::with_capacity(1));
+        grown.extend([1, 2, 3]);
+        drop((boxed, grown));
+    });
+    assert_eq!(n, 3, "one allocation, one reservation, one growth");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn stream_pool_acquire_and_release_allocate_nothing() {
+    let pool = Arc::new(warm_stream_pool(8));
+    let n = allocations_during(|| {
+        for _ in 0..ROUNDS {
             drop(pool.try_acquire().unwrap());
-            match poll_once(pin!(pool.acquire())) {
-                Poll::Ready(guard) => drop(guard.unwrap()),
-                Poll::Pending => panic!("room was available"),
-            }
+            drop(ready(pool.acquire(), "acquire").unwrap());
+            drop(pool.try_acquire_owned().unwrap());
+            drop(ready(Arc::clone(&pool).acquire_owned(), "acquire_owned").unwrap());
         }
     });
-    assert_eq!(n, 0, "allocations on the acquire/release fast path");
+    assert_eq!(n, 0, "allocations on the stream acquire/release fast paths");
+    assert_eq!(pool.stats().table.in_flight, 0);
+}
+
+/// At a queue depth of 1 every acquire fills its stream and every release frees it again.
+#[tokio::test(flavor = "current_thread")]
+async fn stream_pool_at_depth_one_allocates_nothing() {
+    let pool = warm_stream_pool(1);
+    let n = allocations_during(|| {
+        for _ in 0..ROUNDS {
+            drop(ready(pool.acquire(), "acquire").unwrap());
+        }
+    });
+    assert_eq!(n, 0, "allocations on the depth-1 acquire/release path");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn client_checkout_and_return_allocate_nothing() {
+    let fixture = common::channel::Fixture::new(4, Some(4));
+    // Warm up: the first checkout opens a channel and builds a client.
+    drop(fixture.clients.acquire().await.unwrap());
+    let n = allocations_during(|| {
+        for _ in 0..ROUNDS {
+            drop(ready(fixture.clients.acquire(), "client checkout").unwrap());
+        }
+    });
+    assert_eq!(n, 0, "allocations on the client checkout/return path");
+    assert_eq!(fixture.clients.stats().in_use, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn keyed_admission_and_release_allocate_nothing() {
+    let keyed = common::keyed::one_slot_journal();
+    let (journal, ledger) = (&"journal", &"ledger");
+    drop(keyed.admit(journal, common::keyed::LONG).await.unwrap());
+    let n = allocations_during(|| {
+        for _ in 0..ROUNDS {
+            drop(ready(keyed.admit(journal, common::keyed::LONG), "admit").unwrap());
+            // An alias resolves to the same share without allocating either.
+            drop(ready(keyed.admit(ledger, common::keyed::LONG), "admit").unwrap());
+        }
+    });
+    assert_eq!(n, 0, "allocations on the keyed admit/release path");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn session_hot_acquire_allocates_nothing() {
+    let (pool, _counts, _time) = common::session::pool(4);
+    let ctx = common::session::ctx();
+    // Warm up: the first acquire establishes the session.
+    drop(pool.acquire("hot", &ctx).await.unwrap());
+    common::session::settle_establishments(&pool).await;
+    let n = allocations_during(|| {
+        for _ in 0..ROUNDS {
+            drop(ready(pool.acquire("hot", &ctx), "hot acquire").unwrap());
+        }
+    });
+    assert_eq!(n, 0, "allocations on the hot session acquire");
 }
 
 #[test]
@@ -84,10 +173,14 @@ fn slot_table_and_limit_fast_paths_allocate_nothing() {
     let warm = table.try_reserve().unwrap();
     assert!(table.release(warm));
     let n = allocations_during(|| {
-        for _ in 0..1_000 {
+        for _ in 0..ROUNDS {
             let r = table.try_reserve().unwrap();
             assert!(table.release(r));
+            let r = table.try_reserve().unwrap();
+            table.release_held(r);
             drop(limit.try_acquire().unwrap());
+            // The waiting acquire that finds a permit free resolves at once, unqueued.
+            drop(ready(limit.acquire(), "limit acquire").unwrap());
         }
     });
     assert_eq!(n, 0);

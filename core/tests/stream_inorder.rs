@@ -287,10 +287,12 @@ async fn in_order_round_trips_at_depth_reach_their_callers() {
         .collect();
     join_all(tasks).await;
     assert_eq!(tally(&pool), (400, 0, 0, 0, 0, 0));
-    assert_eq!(
-        pool.stats().spin_ups,
-        2,
-        "8 callers fill 2 streams of depth 4"
+    // How many streams open depends on how the tasks overlap (run one after another, they
+    // share one stream); never more than the bound.
+    let spin_ups = pool.stats().spin_ups;
+    assert!(
+        (1..=2).contains(&spin_ups),
+        "8 callers on 2 streams of depth 4 opened {spin_ups}"
     );
     assert_eq!(in_flight(&pool), 0);
 }

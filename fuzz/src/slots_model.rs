@@ -1,11 +1,13 @@
 //! Differential driver: the slot table plus its gate against a sequential model.
 //!
-//! The input chooses a table (bounded 1-6 slots or unbounded, per-slot cap 1-4) and then a
-//! sequence of operations: try_reserve, release, a stale release, mark ready, drain (of a held
-//! incarnation, an idle one, or one already gone), start /
-//! poll / cancel one waiting reservation, advance the clock, reap. After every operation the
-//! real table's answer and its `stats()` must equal the model's, and a waiter that is pending
-//! while the model has capacity must have been woken (no lost wake-up).
+//! The input chooses a table (bounded 1-6 slots, bounded 130 slots (three bitmap words, so the
+//! room summary is in play), or unbounded; per-slot cap 1-4) and then a sequence of
+//! operations: try_reserve, release (checked, or `release_held` of a held unit), a stale
+//! release, mark ready, drain (of a held incarnation, an idle one, or one already gone),
+//! start / poll / cancel one waiting reservation, advance the clock, reap. After every
+//! operation the real table's answer and its `stats()` must equal the model's, its hints must
+//! be settled (no capacity hidden, the summary agreeing), and a waiter that is pending while
+//! the model has capacity must have been woken (no lost wake-up).
 //!
 //! A stale release replays a reservation that was released (or refused) before and whose
 //! slot has since been retired (drained to Empty, or reaped) and perhaps claimed again: the
@@ -26,6 +28,10 @@ use slotpool::slots::{Capacity, Phase, Reservation, Reserve, SlotTable};
 use slotpool::TryAcquireError;
 
 use crate::bytes::Bytes;
+
+/// The wide table's slots: three bitmap words, the first segment whole (its first word is
+/// kept full, see [`run`]).
+const WIDE: usize = 130;
 
 /// The model of one slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -224,11 +230,10 @@ pub struct Coverage {
 pub fn run(data: &[u8]) -> Coverage {
     let mut input = Bytes::new(data);
     let max_load = 1 + input.below(4) as u32;
-    let shape = input.below(7);
-    let (capacity, unbounded, slots) = if shape == 6 {
-        (Capacity::Unbounded, true, 64)
-    } else {
-        (Capacity::Bounded(shape + 1), false, shape + 1)
+    let (capacity, unbounded, slots) = match input.below(8) {
+        6 => (Capacity::Unbounded, true, 64),
+        7 => (Capacity::Bounded(WIDE), false, WIDE),
+        shape => (Capacity::Bounded(shape + 1), false, shape + 1),
     };
     let table = SlotTable::<()>::new(capacity, max_load).expect("valid configuration");
     let mut model = Model::new(slots, max_load, unbounded);
@@ -236,6 +241,17 @@ pub fn run(data: &[u8]) -> Coverage {
     let timeout = 10;
     let mut now = 0u64;
     let mut held: Vec<Reservation> = Vec::new();
+    // The wide table's first bitmap word is kept full for the whole run, so that every
+    // reservation scans past it: through the room summary on the fast path.
+    let mut pinned: Vec<Reservation> = Vec::new();
+    if slots == WIDE {
+        for _ in 0..64 * max_load {
+            let r = table.try_reserve().expect("an empty table has room");
+            let expected = model.reserve().expect("an empty model has room");
+            assert_eq!((r.index(), r.claimed(), r.generation().get()), expected);
+            pinned.push(r);
+        }
+    }
     // Reservations released (or refused) before: a release of one whose slot was retired
     // since is stale.
     let mut spent: Vec<Reservation> = Vec::new();
@@ -268,7 +284,13 @@ pub fn run(data: &[u8]) -> Coverage {
                 let r = held.swap_remove(input.below(held.len()));
                 let queued = waiter.is_some() && handed.is_none() && table.stats().waiting == 1;
                 let expected = model.release_or_hand(r, queued, &mut handed);
-                assert_eq!(table.release(r), expected);
+                if input.below(2) == 0 {
+                    assert_eq!(table.release(r), expected);
+                } else {
+                    // A unit in `held` is held: a slot with load never retires.
+                    assert!(expected, "a held unit the model calls stale");
+                    table.release_held(r);
+                }
                 if spent.len() == SPENT {
                     let _ = spent.remove(0);
                 }
@@ -370,15 +392,19 @@ pub fn run(data: &[u8]) -> Coverage {
     if let Some((index, generation)) = handed.take() {
         assert!(model.release(index, generation));
     }
-    for r in held {
-        let expected = model.release(r.index(), r.generation().get());
-        assert_eq!(table.release(r), expected);
+    for r in held.into_iter().chain(pinned) {
+        assert!(model.release(r.index(), r.generation().get()));
+        table.release_held(r);
     }
     check(&table, &model, false);
     coverage
 }
 
 fn check(table: &SlotTable<()>, model: &Model, waiting: bool) {
+    assert!(
+        table.hints_settled(),
+        "a hint hides capacity or the summary lost a word"
+    );
     let stats = table.stats();
     let count = |p: Phase| model.slots.iter().filter(|s| s.phase == p).count();
     assert_eq!(stats.slots, model.slots.len());

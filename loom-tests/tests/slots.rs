@@ -32,6 +32,10 @@ fn full_table(slots: usize, max_load: u32) -> (SlotTable, Vec<slotpool::Reservat
 
 /// Every unit of capacity can be reserved once the dust settles: the hints hide nothing.
 fn assert_all_capacity_visible(table: &SlotTable, slots: usize, max_load: u32) {
+    assert!(
+        table.hints_settled(),
+        "a hint is missing once callers are done"
+    );
     let stats = table.stats();
     let mut taken = Vec::new();
     let free = slots as u64 * u64::from(max_load) - stats.in_flight;
@@ -53,6 +57,20 @@ fn assert_all_capacity_visible(table: &SlotTable, slots: usize, max_load: u32) {
 /// and was woken by the release (handed the unit), and the release came first.
 #[test]
 fn reserve_vs_release() {
+    release_vs_waiter(|table, r| assert!(table.release(r)));
+}
+
+/// [`reserve_vs_release`] with `release_held`, from full, while the caller waits for that
+/// slot: the waiter gets the unit (handed over if it queued first, else through the room bit
+/// and the notify of rule 1) and is never left asleep next to it. Reached: as there.
+#[test]
+fn held_release_wakes_a_waiter() {
+    release_vs_waiter(|table, r| table.release_held(r));
+}
+
+/// A waiter on a one-slot, one-unit table while the holder gives its unit back with `release`;
+/// both reaches must occur and more than one execution be explored.
+fn release_vs_waiter(release: fn(&SlotTable, slotpool::Reservation)) {
     let reach = model(|reach| {
         let (table, mut held) = full_table(1, 1);
         let table = Arc::new(table);
@@ -63,11 +81,11 @@ fn reserve_vs_release() {
                 let (got, slept) = block_on(waited(table.reserve()));
                 let got = got.unwrap();
                 assert!(!got.claimed());
-                assert!(table.release(got));
+                release(&table, got);
                 slept
             })
         };
-        assert!(table.release(r));
+        release(&table, r);
         let slept = waiter.join().unwrap();
         reach.hit(if slept {
             "the reserver slept and the release woke it"
@@ -468,5 +486,91 @@ fn bounded_growth_vs_waiter() {
         assert!(table.release(held.pop().unwrap()));
         assert_eq!(table.stats().in_flight, 0);
         assert_all_capacity_visible(&table, 3, 1);
+    });
+}
+
+/// A slot filled by a join keeps its room bit (stale) until a scan finds it full, so that a
+/// release from full finds the bit set and skips rewriting it. Here a reserver finds the full
+/// slot and clears its stale bit while its holder releases it: the release saw the bit set
+/// and wrote nothing, so only the clearer's re-read of the slot (rule 2) can set the bit
+/// again. Whatever the interleaving, no capacity is hidden afterwards.
+#[test]
+fn lazy_room_bit_vs_stale_scan() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 1).unwrap());
+        let claim = table.try_reserve().unwrap();
+        assert!(table.mark_ready(claim.index(), claim.generation()));
+        assert!(table.release(claim));
+        // A join fills slot 0 and leaves its room bit set.
+        let held = table.try_reserve().unwrap();
+        assert_eq!((held.index(), held.claimed()), (0, false));
+        let reserver = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        table.release_held(held);
+        let got = reserver.join().unwrap();
+        assert_eq!(table.stats().in_flight, 1);
+        assert_all_capacity_visible(&table, 2, 1);
+        assert!(table.release(got));
+    });
+}
+
+/// `release_held` is one `fetch_sub`; the one that takes a Draining slot to load 0 retires
+/// it. A held release racing a drain and the drainer's own held release: the slot always ends
+/// Empty in the next generation, its vacancy published, whichever unit went last.
+#[test]
+fn held_release_vs_drain() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 2).unwrap());
+        let claim = table.try_reserve().unwrap();
+        let joined = table.try_reserve().unwrap();
+        assert!(table.mark_ready(claim.index(), claim.generation()));
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.release_held(joined))
+        };
+        assert_eq!(
+            table.begin_drain(claim.index(), claim.generation()),
+            Some(Phase::Ready)
+        );
+        table.release_held(claim);
+        releaser.join().unwrap();
+        let word = table.word(0).unwrap();
+        assert_eq!((word.phase(), word.load()), (Phase::Empty, 0));
+        assert_eq!(word.generation(), claim.generation().next());
+        assert_all_capacity_visible(&table, 1, 2);
+    });
+}
+
+/// The summary of the room words (under loom a bitmap word holds one slot, so slot 1 is word
+/// 1, which the summary covers). Slot 1 is full with its room bit stale; a reserver finds it
+/// full and clears the bit, which empties word 1 and clears its summary bit, while the holder
+/// releases it, which sets word 1 again. The clearer re-reads word 1 after clearing the
+/// summary bit, so afterwards the summary flags every non-zero word (`hints_settled`).
+#[test]
+fn room_summary_vs_release() {
+    loom::model(|| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 1).unwrap());
+        let first = table.try_reserve().unwrap();
+        let second = table.try_reserve().unwrap();
+        assert_eq!((first.index(), second.index()), (0, 1));
+        assert!(table.mark_ready(second.index(), second.generation()));
+        assert!(table.release(second));
+        // A join fills slot 1 and leaves its room bit (word 1, flagged in the summary) set.
+        let held = table.try_reserve().unwrap();
+        assert_eq!((held.index(), held.claimed()), (1, false));
+        let reserver = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().ok())
+        };
+        assert!(table.release(held));
+        if let Some(got) = reserver.join().unwrap() {
+            assert_eq!(got.index(), 1);
+            assert!(table.release(got));
+        }
+        assert!(table.hints_settled(), "the summary lost a non-zero word");
+        assert!(table.release(first));
+        assert_all_capacity_visible(&table, 2, 1);
     });
 }

@@ -14,7 +14,7 @@
 //!   about who owns a value**: load 1 while a holder (a guard, or a builder) owns it, load 0
 //!   while it sits idle in the slot. The table finds the **lowest-index** idle value (one
 //!   bitmap load, one CAS), so hot values stay hot and high slots go idle and are reaped.
-//!   Its room hints are **lazy** (`SlotTable::with_lazy_room_hints`): a checkout leaves the
+//!   As in every slot table, room hints are **lazy**: a checkout leaves the
 //!   slot's room bit set and a return finds it set, so neither touches the bitmap unless a
 //!   caller tripped over the stale bit in between (the slot table's module docs tell why no
 //!   waiter can miss a release that way).
@@ -444,7 +444,7 @@ impl<T> ExclusiveSlots<T> {
             return Err(ConfigError::Zero("slots"));
         }
         Ok(Self {
-            table: SlotTable::new(Capacity::Unbounded, 1)?.with_lazy_room_hints(),
+            table: SlotTable::new(Capacity::Unbounded, 1)?,
             bound: CachePadded::new(Bound {
                 live: AtomicUsize::new(0),
                 size: AtomicUsize::new(size),

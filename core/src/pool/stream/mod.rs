@@ -865,11 +865,18 @@ impl<C: StreamConnector> StreamPool<C> {
         if reservation.claimed() {
             self.admit_claimed(reservation)?;
         }
+        Ok(self.guard(reservation))
+    }
+
+    /// The guard of a reservation that claimed nothing (or whose claim was admitted), counted
+    /// as an acquire.
+    #[inline(always)]
+    fn guard(&self, reservation: Reservation) -> StreamGuard<'_, C> {
         self.shared.counters.acquires.incr();
-        Ok(StreamGuard {
+        StreamGuard {
             shared: &self.shared,
             reservation: Some(reservation),
-        })
+        }
     }
 
     /// The spin-up half of [`StreamPool::admit`], kept out of the hot path.
@@ -1102,16 +1109,20 @@ pub struct Acquire<'a, C: StreamConnector> {
 impl<'a, C: StreamConnector> Future for Acquire<'a, C> {
     type Output = Result<StreamGuard<'a, C>, AcquireError>;
 
-    #[inline]
+    /// Always inlined, so the uncontended case costs no call wherever the future is awaited.
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: `wait` is structurally pinned: `poll_full` re-pins it and nothing moves it.
         let this = unsafe { self.get_unchecked_mut() };
         // The uncontended case, inlined and kept apart from the rest so that it needs no
         // spills: a future that is not queued joins the lowest stream with room (what
         // `poll_reserve` would try first; a join never claims, so there is nothing to start).
+        // Such a future has not waited: one that returned `Pending` stays queued until a
+        // poll (through `poll_full`) takes its notification, so no wait is counted here.
         if !this.wait.is_queued() {
             if let Some(reservation) = this.pool.shared.table.reserve_fast() {
-                return Poll::Ready(this.resolve(reservation));
+                debug_assert!(!this.waited, "a future that waited is queued");
+                return Poll::Ready(Ok(this.pool.guard(reservation)));
             }
         }
         this.poll_full(cx)
@@ -1214,9 +1225,11 @@ impl<C: StreamConnector> StreamGuard<'_, C> {
 }
 
 impl<C: StreamConnector> Drop for StreamGuard<'_, C> {
+    #[inline]
     fn drop(&mut self) {
+        // The guard's unit is its own until it hands it to a driver (and then this is `None`).
         if let Some(reservation) = self.reservation.take() {
-            self.shared.table.release(reservation);
+            self.shared.table.release_held(reservation);
         }
     }
 }
@@ -1259,9 +1272,11 @@ impl<C: StreamConnector> OwnedStreamGuard<C> {
 }
 
 impl<C: StreamConnector> Drop for OwnedStreamGuard<C> {
+    #[inline]
     fn drop(&mut self) {
+        // As `StreamGuard`'s: the unit is the guard's own while it has it.
         if let Some(reservation) = self.reservation.take() {
-            self.shared.table.release(reservation);
+            self.shared.table.release_held(reservation);
         }
     }
 }

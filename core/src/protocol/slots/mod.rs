@@ -50,19 +50,49 @@
 //! rules give that:
 //!
 //! 1. Whoever makes a slot gain capacity (a release from `max`, a claim that leaves room, a
-//!    return to Empty) changes the slot word first, then sets the bit, then calls
-//!    [`Gate::notify_one`], all `SeqCst`.
-//! 2. Whoever clears a bit (a reservation that filled the slot, or a reserver that found the
-//!    hint stale) re-reads the slot word afterwards and, if the slot has capacity after all,
-//!    sets the bit again and notifies.
+//!    return to Empty) changes the slot word first, then makes sure the bit is set, then
+//!    calls [`Gate::notify_one`], all `SeqCst`. *Making sure* is one load when the bit is
+//!    set already, and an RMW that sets it otherwise.
+//! 2. Whoever clears a bit (a reserver that found the hint stale: the slot full, draining or
+//!    Empty; a drain; a claimer clearing the vacancy it took) re-reads the slot word
+//!    afterwards and, if the slot has capacity after all, sets the bit again and notifies.
+//!
+//! Finding the bit set is as good as setting it because of rule 2: the bit can only be
+//! cleared after that load by a clearer whose re-read follows its clear in the single
+//! `SeqCst` order (a store-load pair: both sides write one word, then read the other's), so
+//! the re-read sees the new capacity and sets the bit again. Without the re-read the clearer
+//! would hide that capacity for good (the loom model `lazy_room_bit_vs_stale_scan` fails so).
 //!
 //! With both, in the single `SeqCst` order every bit that is clear while its slot has
 //! capacity is about to be set by someone who then notifies the gate; a waiter enqueues
 //! (`SeqCst` RMW on the gate) and then rescans, so it either sees the bit or is notified. The
 //! loom models in `slotpool-loom-tests` check exactly this.
 //!
+//! A join that fills its slot does **not** clear the room bit: the bit stays set, stale,
+//! until a reserver finds the slot full and clears it (rule 2). Where slots fill and empty in
+//! turn (a queue depth of 1: every reservation fills its slot, every release frees it), the
+//! release then finds the bit still set and neither side writes the bitmap: a reservation and
+//! its release cost the two RMWs on the slot word and nothing more.
+//!
 //! A waiter that reserves and leaves room behind while others still wait notifies the next
 //! one, so a slot that gains several units at once (a fresh claim) is shared out in turn.
+//!
+//! The first segment's room bitmap, when it has more than one word, also keeps a **summary**
+//! word: bit `w` says room word `w` may be non-zero. A reservation that finds the first room
+//! word empty goes straight to the lowest flagged word, so a table whose low slots are all
+//! full costs it one load more, not a load per full word. The summary is kept by the same two
+//! rules one level up (whoever turns a word non-zero flags it afterwards; whoever turns it to
+//! zero clears the flag and then re-reads the word), and only the fast path reads it: the
+//! full scan reads every word, so a stale summary can cost time, never capacity.
+//!
+//! # Releasing a held unit
+//!
+//! [`SlotTable::release`] checks the reservation against the slot word (a stale or repeated
+//! release changes nothing), so it loads the word and CASes it. A caller that holds its unit
+//! for sure (a pool's guard, which keeps its reservation to itself) releases with
+//! [`SlotTable::release_held`] instead: a held unit keeps its slot's incarnation alive, so the
+//! release is one `fetch_sub`, and the old word it returns says what else to do (publish the
+//! room of a slot that was full, retire a Draining slot whose last unit this was).
 //!
 //! # Growth
 //!
@@ -107,7 +137,7 @@ mod segment;
 mod word;
 
 pub use segment::Slot;
-use segment::{Grown, Segment};
+use segment::{Bitmap, Grown, Segment};
 pub use word::{Generation, Phase, Reservation, SlotWord};
 
 /// The largest per-slot load (`max_load`) a table accepts.
@@ -119,8 +149,12 @@ pub const MAX_SLOTS: usize = 1 << 24;
 /// The most slots an unbounded table grows to (a reservation packs the index in 32 bits).
 pub const MAX_GROWN_SLOTS: usize = (u32::MAX as usize).saturating_add(1);
 
-/// Slots per bitmap word.
+/// Slots per bitmap word (one under loom, so that the models' two-slot segments span two words
+/// and reach the words after the first and their summary; the code paths are the same).
+#[cfg(not(slotpool_loom))]
 const WORD_BITS: usize = 64;
+#[cfg(slotpool_loom)]
+const WORD_BITS: usize = 1;
 
 /// Size of an unbounded table's first segment (smaller under loom, to keep models small; the
 /// code paths are the same).
@@ -201,8 +235,6 @@ pub struct SlotTable<T = ()> {
     grown: Option<Grown<T>>,
     /// Waiters for capacity.
     gate: Gate,
-    /// Room hints of full slots are cleared lazily (see [`SlotTable::with_lazy_room_hints`]).
-    lazy_room: bool,
 }
 
 /// How a [`SlotTable`] is sized.
@@ -253,21 +285,7 @@ impl<T: Default> SlotTable<T> {
             base: Segment::new(0, base_len),
             grown,
             gate: Gate::new(),
-            lazy_room: false,
         })
-    }
-
-    /// Leaves the room bit of a slot that a join fills set, for the next reserver that finds
-    /// it stale to clear (rule 2 with its recheck, as for any stale hint), and has a release
-    /// set the bit only when it finds it clear. A join and a release then touch no bitmap
-    /// when the slot's bit is already set: for tables of exclusive slots (`max_load = 1`),
-    /// whose every join fills the slot and every release empties it, that is two locked
-    /// read-modify-writes fewer per checkout and return while nobody else contends for the
-    /// slot. The hints stay hints: a set bit may be stale (as always), and a clear bit is
-    /// still set again by whoever gives the slot room (rule 1).
-    pub(crate) fn with_lazy_room_hints(mut self) -> Self {
-        self.lazy_room = true;
-        self
     }
 }
 
@@ -335,42 +353,37 @@ impl<T> SlotTable<T> {
         }
         let base = &self.base;
         // The first room word (a segment has at least one), then the others out of line.
-        let bits = base.room.first()?.load(Ordering::SeqCst);
+        let bits = base.room.words.first()?.load(Ordering::SeqCst);
         let local = if bits != 0 {
             bits.trailing_zeros() as usize
         } else {
-            Self::first_room_after_word0(base)?
+            base.room.first_after_word0()?
         };
         let slot = base.slots.get(local)?;
         let next = self.join_word(slot).ok()?;
         trace_transition!("slots: fast join {} -> {:?}", local, next);
-        self.joined(base, local, slot, next);
+        // No `joined`: a caller that never waited owes no waiter a turn (see `joined`).
         Some(Reservation::new(local, next.generation(), false))
     }
 
-    /// The rest of [`SlotTable::reserve_fast`]'s scan: the lowest room bit in `segment`'s room
-    /// words after the first.
-    #[inline(never)]
-    fn first_room_after_word0(segment: &Segment<T>) -> Option<usize> {
-        for (w, word) in segment.room.iter().enumerate().skip(1) {
-            let bits = word.load(Ordering::SeqCst);
-            if bits != 0 {
-                return Some(w * WORD_BITS + bits.trailing_zeros() as usize);
-            }
-        }
-        None
-    }
-
-    /// After a join raised slot `local` to `next`: clear its room bit if it is now full
-    /// (rule 2), otherwise pass the turn to a waiter, since room remains.
+    /// After a join on the full path raised a slot to `next`: if room remains, pass the turn
+    /// to a waiter.
+    ///
+    /// This is how a wake-up that stood for several units (a fresh claim's room) reaches as
+    /// many waiters: each woken waiter that takes a unit and leaves room wakes the next. The
+    /// fast path, which only callers that never waited take, skips it: such a caller only
+    /// takes capacity, and capacity that exists while callers wait has a woken waiter in
+    /// flight already (whoever made it notified, rule 1, and each waiter passes the turn on,
+    /// here or, if it gives up, through the gate), which finds what is left when it polls.
+    ///
+    /// A join that fills its slot leaves the room bit set. The bit is stale from then on, and
+    /// the next reserver that finds the slot full clears it (rule 2); but where slots fill
+    /// and empty in turn (a queue depth of 1: every reservation fills its slot and every
+    /// release frees it), the release finds the bit still set and neither side writes the
+    /// bitmap (rule 1).
     #[inline]
-    fn joined(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>, next: SlotWord) {
-        if next.load() == self.max_load {
-            // Lazy hints: the stale bit is cleared by the next reserver that trips over it.
-            if !self.lazy_room {
-                self.clear_room_hint(segment, local, slot);
-            }
-        } else {
+    fn joined(&self, next: SlotWord) {
+        if next.load() != self.max_load {
             // One load of the gate's state when nobody waits.
             self.gate.notify_one();
         }
@@ -392,7 +405,7 @@ impl<T> SlotTable<T> {
 
     #[inline(never)]
     fn join_only_slow(&self) -> Option<Reservation> {
-        // No back-off between passes: with lazy room hints a pass that only cleared the
+        // No back-off between passes: with lazy room bits a pass that only cleared the
         // stale bits of full slots counts as raced too, and the next pass is then cheap.
         for _ in 0..MAX_PASSES {
             if self.gate.is_closed() {
@@ -421,7 +434,7 @@ impl<T> SlotTable<T> {
             let slot = &segment.slots[local];
             let next = self.join_word(slot).ok()?;
             trace_transition!("slots: join at {} -> {:?}", index, next);
-            self.joined(segment, local, slot, next);
+            self.joined(next);
             Some(Reservation::new(index, next.generation(), false))
         })
         .flatten()
@@ -614,17 +627,16 @@ impl<T> SlotTable<T> {
     }
 
     fn any_room_hint(&self) -> bool {
-        let any = |segment: &Segment<T>| segment.room.iter().any(|w| w.load(Ordering::SeqCst) != 0);
-        any(&self.base)
-            || self
-                .grown
-                .as_ref()
-                .is_some_and(|g| g.segments.with(|segments| segments.iter().any(|s| any(s))))
+        self.base.room.any()
+            || self.grown.as_ref().is_some_and(|g| {
+                g.segments
+                    .with(|segments| segments.iter().any(|s| s.room.any()))
+            })
     }
 
     /// Joins the lowest-index slot in `segment` whose room bit is set and that really has room.
     fn join_in(&self, segment: &Segment<T>, scan: &mut Scan) -> Option<Reservation> {
-        for (w, word) in segment.room.iter().enumerate() {
+        for (w, word) in segment.room.words.iter().enumerate() {
             let mut candidates = word.load(Ordering::SeqCst);
             while candidates != 0 {
                 let bit = candidates.trailing_zeros() as usize;
@@ -644,7 +656,7 @@ impl<T> SlotTable<T> {
         match self.join_word(slot) {
             Ok(next) => {
                 trace_transition!("slots: join {} -> {:?}", segment.start + local, next);
-                self.joined(segment, local, slot, next);
+                self.joined(next);
                 Some(Reservation::new(
                     segment.start + local,
                     next.generation(),
@@ -701,7 +713,7 @@ impl<T> SlotTable<T> {
     /// came a moment later would. (`try_claim_vacant`, which opens resources on purpose,
     /// passes `false`.)
     fn claim_in(&self, segment: &Segment<T>, scan: &mut Scan, rejoin: bool) -> Option<Reservation> {
-        for (w, word) in segment.vacant.iter().enumerate() {
+        for (w, word) in segment.vacant.words.iter().enumerate() {
             let mut candidates = word.load(Ordering::SeqCst);
             if rejoin && candidates != 0 {
                 if let Some(reservation) = self.join_anywhere(scan) {
@@ -807,7 +819,7 @@ impl<T> SlotTable<T> {
                             next
                         );
                         if current.load() == self.max_load {
-                            self.room_freed(&self.base, reservation.index());
+                            self.set_base_room_hint(reservation.index());
                         }
                         return true;
                     }
@@ -825,6 +837,84 @@ impl<T> SlotTable<T> {
             self.release_in(segment, local, reservation.generation())
         })
         .unwrap_or(false)
+    }
+
+    /// [`SlotTable::release`] for a caller that **holds** the unit: `reservation` came from
+    /// this table and has not been released (nor handed over) since. The pools' guards, which
+    /// keep their reservation to themselves, release this way.
+    ///
+    /// A held unit keeps its slot's incarnation alive (nothing retires a slot with load), so
+    /// the generation needs no check, and the common case (first segment, nobody waiting) is
+    /// a single `fetch_sub` on the slot word, as the floor's release is, with no load before
+    /// it and no retry. What the old word says then decides the rest, out of line: a slot
+    /// that was full publishes its room (rule 1), and the release that takes a Draining slot
+    /// to load 0 retires it (Draining with load 0 admits no other transition, so that CAS
+    /// cannot fail). With waiters it takes the checked path, which hands the unit over.
+    ///
+    /// Unlike [`SlotTable::release`], a release of a unit not held is not detected (debug
+    /// builds assert): it would take a unit someone else holds, or corrupt an idle slot's
+    /// word. Hand back reservations of uncertain standing with [`SlotTable::release`].
+    #[inline]
+    pub fn release_held(&self, reservation: Reservation) {
+        if let Some(slot) = self.base.slots.get(reservation.index()) {
+            if !self.gate.has_waiters() {
+                let old = SlotWord(slot.word.fetch_sub(1, Ordering::SeqCst));
+                debug_assert!(
+                    old.same_generation(reservation.generation_in_word()) && old.load() > 0,
+                    "release_held of a unit not held: {reservation:?}, slot {old:?}"
+                );
+                trace_transition!("slots: held release {} from {:?}", reservation.index(), old);
+                // The common case: the slot had room (not full, not draining); nothing else
+                // to do.
+                if !old.has_room(self.max_load) {
+                    self.released_held_edge(reservation.index(), old);
+                }
+                return;
+            }
+        }
+        let released = self.release_slow(reservation);
+        debug_assert!(released, "release_held of a unit not held: {reservation:?}");
+    }
+
+    /// The rest of [`SlotTable::release_held`] on slot `local` of the first segment, whose
+    /// word was `old` before the release: publish the room of a slot that was full (at a
+    /// queue depth of 1, every release: one load finds the bit still set), or retire a
+    /// Draining slot whose last unit this was.
+    #[inline(never)]
+    fn released_held_edge(&self, local: usize, old: SlotWord) {
+        if old.phase() == Phase::Draining {
+            self.released_held_draining(local, old);
+        } else {
+            // Full → not full (rule 1).
+            self.set_hint(&self.base.room, local);
+        }
+    }
+
+    #[cold]
+    fn released_held_draining(&self, local: usize, old: SlotWord) {
+        if old.load() != 1 {
+            return;
+        }
+        let segment = &self.base;
+        let slot = &segment.slots[local];
+        let drained = old.with_load(0);
+        let retired = slot
+            .word
+            .compare_exchange(
+                drained.0,
+                drained.retired().0,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok();
+        debug_assert!(
+            retired,
+            "a Draining slot at load 0 changed under its last release"
+        );
+        if retired {
+            trace_transition!("slots: held release retired {}", local);
+            self.publish_vacancy(segment, local, slot);
+        }
     }
 
     fn release_in(&self, segment: &Segment<T>, local: usize, generation: Generation) -> bool {
@@ -865,7 +955,7 @@ impl<T> SlotTable<T> {
                         self.publish_vacancy(segment, local, slot);
                     } else if current.load() == self.max_load && next.has_room(self.max_load) {
                         // Full → not full: the room hint was (or is being) cleared (rule 1).
-                        self.room_freed(segment, local);
+                        self.set_hint(&segment.room, local);
                     }
                     return true;
                 }
@@ -1042,6 +1132,31 @@ impl<T> SlotTable<T> {
             }
         });
         stats
+    }
+
+    /// Whether the hints say what they must once no caller is in flight: every slot with room
+    /// has its room bit, every Empty slot its vacancy bit, and every room word with a bit set
+    /// its summary bit. (A bit set over a slot that no longer qualifies is allowed: a hint may
+    /// be stale that way.) For tests and model checks, called once their threads are done; a
+    /// snapshot, meaningless while callers are in flight.
+    pub fn hints_settled(&self) -> bool {
+        let settled = |segment: &Segment<T>| {
+            segment.room.summary_agrees()
+                && segment.slots.iter().enumerate().all(|(local, slot)| {
+                    let word = slot.word();
+                    let flagged = |bitmap: &Bitmap| {
+                        bitmap.word(local).load(Ordering::SeqCst) & Bitmap::bit(local) != 0
+                    };
+                    (!word.has_room(self.max_load) || flagged(&segment.room))
+                        && (word.phase() != Phase::Empty || flagged(&segment.vacant))
+                })
+        };
+        settled(&self.base)
+            && self.grown.as_ref().is_none_or(|grown| {
+                grown
+                    .segments
+                    .with(|segments| segments.iter().all(|s| settled(s)))
+            })
     }
 
     /// Closes the table: waiters and later reservations get [`Closed`]. Reservations already

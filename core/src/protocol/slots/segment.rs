@@ -1,5 +1,6 @@
-//! Where the slots live: segments of cache-padded slots with their two hint bitmaps (room and
-//! vacancy), the segment list an unbounded table grows, and the table's access to both.
+//! Where the slots live: segments of cache-padded slots with their two hint bitmaps (room, with
+//! its summary word, and vacancy), the segment list an unbounded table grows, and the table's
+//! access to both.
 //!
 //! A table starts with one segment and grows by a segment as large as all before it (a bounded
 //! table's last one cut to its capacity), published whole, so a live slot never moves.
@@ -9,7 +10,9 @@
 use std::fmt;
 
 use super::{Phase, Reservation, SlotTable, SlotWord, MAX_GROWN_SLOTS, WORD_BITS};
-use crate::sync::{trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published};
+use crate::sync::{
+    dekker_fence, trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Slots and segments
@@ -52,24 +55,17 @@ pub(super) struct Segment<T> {
     /// Global index of `slots[0]`.
     pub(super) start: usize,
     pub(super) slots: Box<[CachePadded<Slot<T>>]>,
-    /// Hint: slot has room (see module docs). One word per 64 slots.
-    pub(super) room: Box<[CachePadded<AtomicU64>]>,
-    /// Hint: slot is Empty. One word per 64 slots.
-    pub(super) vacant: Box<[CachePadded<AtomicU64>]>,
+    /// Hint: slot has room (see module docs), with a summary of its words.
+    pub(super) room: Bitmap,
+    /// Hint: slot is Empty.
+    pub(super) vacant: Bitmap,
 }
 
 impl<T: Default> Segment<T> {
     pub(super) fn new(start: usize, len: usize) -> Self {
         let words = len.div_ceil(WORD_BITS);
-        let vacant_word = |w: usize| {
-            let bits_here = (len - w * WORD_BITS).min(WORD_BITS);
-            let mask = if bits_here == WORD_BITS {
-                u64::MAX
-            } else {
-                (1u64 << bits_here) - 1
-            };
-            CachePadded::new(AtomicU64::new(mask))
-        };
+        // Every slot of a word, and only those of the segment: the last word may be partial.
+        let all_slots = |w: usize| u64::MAX >> (64 - (len - w * WORD_BITS).min(WORD_BITS));
         Self {
             start,
             slots: (0..len)
@@ -81,10 +77,8 @@ impl<T: Default> Segment<T> {
                     })
                 })
                 .collect(),
-            room: (0..words)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-            vacant: (0..words).map(vacant_word).collect(),
+            room: Bitmap::new((0..words).map(|_| 0), true),
+            vacant: Bitmap::new((0..words).map(all_slots), false),
         }
     }
 }
@@ -96,6 +90,168 @@ impl<T> Segment<T> {
 
     pub(super) fn contains(&self, index: usize) -> bool {
         index >= self.start && index < self.start + self.len()
+    }
+}
+
+/// One hint bitmap of a segment: a word per [`WORD_BITS`] slots and, for a room bitmap of at
+/// most 64 words (the first segment's, which the fast path reads), a summary of those words.
+///
+/// The summary lets a reservation that finds the first word empty go straight to the lowest
+/// word with a bit set, so a table whose low slots are all full costs no more than one with
+/// room in its first word. It is a hint of the hints: only the fast path reads it, and it
+/// falls back to the full scan (which reads every word) when it finds nothing, so a stale
+/// summary costs speed, never capacity. Its rule mirrors the bitmaps' own: whoever turns a
+/// word from zero to non-zero sets its summary bit afterwards; whoever turns it to zero (or
+/// finds a summary bit whose word is zero) clears the summary bit and then re-reads the word,
+/// setting the bit again if the word is non-zero after all. So once the callers in flight are
+/// done, every non-zero word has its summary bit ([`Bitmap::summary_agrees`]).
+pub(super) struct Bitmap {
+    /// Bit `local % WORD_BITS` of word `local / WORD_BITS` is slot `local`'s hint.
+    pub(super) words: Box<[CachePadded<AtomicU64>]>,
+    /// Bit `w`, for `1 <= w < 64`: word `w` may be non-zero (word 0 is always read directly).
+    /// Kept only when `summarised`, and zero otherwise.
+    summary: CachePadded<AtomicU64>,
+    /// Whether `summary` is kept: for a room bitmap of two to 64 words (not for a vacancy
+    /// bitmap, which no fast path reads, nor for one of more than 64 words: a grown segment,
+    /// which the fast path never reads either).
+    summarised: bool,
+}
+
+impl Bitmap {
+    fn new(words: impl Iterator<Item = u64>, room: bool) -> Self {
+        let words: Box<[CachePadded<AtomicU64>]> =
+            words.map(|w| CachePadded::new(AtomicU64::new(w))).collect();
+        let summarised = room && words.len() > 1 && words.len() <= 64;
+        Bitmap {
+            words,
+            summary: CachePadded::new(AtomicU64::new(0)),
+            summarised,
+        }
+    }
+
+    /// The word that holds slot `local`'s bit.
+    pub(super) fn word(&self, local: usize) -> &AtomicU64 {
+        &self.words[local / WORD_BITS]
+    }
+
+    /// Slot `local`'s bit within its word.
+    #[cfg_attr(slotpool_loom, allow(clippy::modulo_one))] // one slot per word under loom
+    pub(super) fn bit(local: usize) -> u64 {
+        1 << (local % WORD_BITS)
+    }
+
+    /// Makes sure slot `local`'s bit is set: one load when it is (rule 1: finding it set is
+    /// as good as setting it, since a clearer re-reads the slot afterwards), otherwise one
+    /// RMW, and one more on the summary when the word was empty.
+    #[inline]
+    pub(super) fn set(&self, local: usize) {
+        let (w, bit) = (local / WORD_BITS, Self::bit(local));
+        let word = &self.words[w];
+        // Store-load with a clearer's RMW on this word and its re-read of the slot (rule 1).
+        dekker_fence();
+        if word.load(Ordering::SeqCst) & bit != 0 {
+            return;
+        }
+        if word.fetch_or(bit, Ordering::SeqCst) == 0 {
+            self.summarise(w);
+        }
+    }
+
+    /// Clears slot `local`'s bit, and the word's summary bit if the word is now empty.
+    /// Returns `false` without writing when the bit is clear already (whoever cleared it runs
+    /// the re-check). A `true` obliges the caller to re-read the slot (rule 2).
+    pub(super) fn clear(&self, local: usize) -> bool {
+        let (w, bit) = (local / WORD_BITS, Self::bit(local));
+        let word = &self.words[w];
+        if word.load(Ordering::SeqCst) & bit == 0 {
+            return false;
+        }
+        if word.fetch_and(!bit, Ordering::SeqCst) == bit {
+            self.unsummarise(w);
+        }
+        // Store-load with a setter's change of the slot and its read of this bit (rule 2).
+        dekker_fence();
+        true
+    }
+
+    /// The word `w` went from zero to non-zero: flag it in the summary.
+    #[cold]
+    fn summarise(&self, w: usize) {
+        if self.summarised && w > 0 {
+            self.summary.fetch_or(1 << w, Ordering::SeqCst);
+        }
+    }
+
+    /// The word `w` is (or was seen) empty: clear its summary bit, then re-read the word and
+    /// flag it again if a setter filled it meanwhile.
+    fn unsummarise(&self, w: usize) {
+        if self.summarised && w > 0 {
+            self.summary.fetch_and(!(1 << w), Ordering::SeqCst);
+            if self.words[w].load(Ordering::SeqCst) != 0 {
+                self.summary.fetch_or(1 << w, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The lowest slot flagged in the words after the first, through the summary: inline
+    /// when its lowest flagged word has a bit set (a table whose low slots are all full), out
+    /// of line otherwise.
+    #[inline]
+    pub(super) fn first_after_word0(&self) -> Option<usize> {
+        let flagged = self.summary.load(Ordering::SeqCst);
+        if flagged != 0 {
+            let w = flagged.trailing_zeros() as usize;
+            let bits = self.words.get(w)?.load(Ordering::SeqCst);
+            if bits != 0 {
+                return Some(w * WORD_BITS + bits.trailing_zeros() as usize);
+            }
+        }
+        self.first_after_word0_slow(flagged)
+    }
+
+    /// The rest of [`Bitmap::first_after_word0`]: clears the summary bits of words it finds
+    /// empty (with the re-read) and goes on to the next flagged word; a bitmap without a
+    /// summary is read word by word.
+    #[cold]
+    #[inline(never)]
+    fn first_after_word0_slow(&self, mut flagged: u64) -> Option<usize> {
+        let first_bit = |w: usize, bits: u64| w * WORD_BITS + bits.trailing_zeros() as usize;
+        if !self.summarised {
+            return self.words.iter().enumerate().skip(1).find_map(|(w, word)| {
+                let bits = word.load(Ordering::SeqCst);
+                (bits != 0).then(|| first_bit(w, bits))
+            });
+        }
+        while flagged != 0 {
+            let w = flagged.trailing_zeros() as usize;
+            let bits = self.words.get(w)?.load(Ordering::SeqCst);
+            if bits != 0 {
+                return Some(first_bit(w, bits));
+            }
+            self.unsummarise(w);
+            flagged &= flagged - 1;
+        }
+        None
+    }
+
+    /// Whether any bit is set.
+    pub(super) fn any(&self) -> bool {
+        self.words.iter().any(|w| w.load(Ordering::SeqCst) != 0)
+    }
+
+    /// Whether every non-zero word after the first has its summary bit (true for a bitmap
+    /// without a summary). Holds whenever no caller is between its two steps; model checks
+    /// assert it once their threads are done.
+    pub(super) fn summary_agrees(&self) -> bool {
+        if !self.summarised {
+            return true;
+        }
+        let flagged = self.summary.load(Ordering::SeqCst);
+        self.words
+            .iter()
+            .enumerate()
+            .skip(1)
+            .all(|(w, word)| word.load(Ordering::SeqCst) == 0 || flagged & (1 << w) != 0)
     }
 }
 
@@ -146,7 +302,7 @@ impl<T> SlotTable<T> {
         // harmless (the new slots stay Empty and vacant) but wasteful, so look first.
         let has_vacancy = std::iter::once(&self.base)
             .chain(current.iter().map(|s| &**s))
-            .any(|s| s.vacant.iter().any(|w| w.load(Ordering::SeqCst) != 0));
+            .any(|s| s.vacant.any());
         if has_vacancy {
             return true;
         }
@@ -167,72 +323,32 @@ impl<T> SlotTable<T> {
         true
     }
 
-    /// [`SlotTable::clear_hint`] on the room bitmap, out of line: the hot paths only reach it
-    /// when a join fills a slot.
+    /// [`SlotTable::set_hint`] on the first segment's room bitmap, out of line: the fast
+    /// releases only reach it when they free a full slot.
     #[inline(never)]
-    pub(super) fn clear_room_hint(&self, segment: &Segment<T>, local: usize, slot: &Slot<T>) {
-        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
-    }
-
-    /// Rule 1 for a release that took slot `local` of `segment` from full to not full.
-    ///
-    /// With lazy room hints ([`SlotTable::with_lazy_room_hints`]) a bit found set is left
-    /// alone, and nobody is notified: our release (a `SeqCst` RMW on the slot word) comes
-    /// before this load, and whoever clears the bit (a reserver that found the slot full)
-    /// re-reads the slot word after its clear, so in the single `SeqCst` order either we see
-    /// its clear (and set the bit and notify below) or its re-read sees our release (and it
-    /// sets the bit again and notifies). A waiter's scan clears every stale bit it tries,
-    /// so a bit still set is one no waiter has tripped over since it was set.
-    #[inline]
-    pub(super) fn room_freed(&self, segment: &Segment<T>, local: usize) {
-        if self.lazy_room
-            && Self::bitmap_word(&segment.room, local).load(Ordering::SeqCst) & Self::bit(local)
-                != 0
-        {
-            return;
-        }
-        self.set_room_hint(segment, local);
-    }
-
-    /// [`SlotTable::set_hint`] on a room bitmap, out of line: the hot paths reach it only when
-    /// a release frees a full slot whose bit is clear.
-    #[inline(never)]
-    fn set_room_hint(&self, segment: &Segment<T>, local: usize) {
-        self.set_hint(&segment.room, local);
+    pub(super) fn set_base_room_hint(&self, local: usize) {
+        self.set_hint(&self.base.room, local);
     }
 
     // --- hints -------------------------------------------------------------------------------
 
-    pub(super) fn bitmap_word(bitmap: &[CachePadded<AtomicU64>], local: usize) -> &AtomicU64 {
-        &bitmap[local / WORD_BITS]
-    }
-
-    pub(super) fn bit(local: usize) -> u64 {
-        1 << (local % WORD_BITS)
-    }
-
-    /// Rule 1: after the slot word gained capacity, set its bit and wake a waiter.
-    pub(super) fn set_hint(&self, bitmap: &[CachePadded<AtomicU64>], local: usize) {
-        Self::bitmap_word(bitmap, local).fetch_or(Self::bit(local), Ordering::SeqCst);
+    /// Rule 1: after the slot word gained capacity, make sure its bit is set, then wake a
+    /// waiter.
+    #[inline]
+    pub(super) fn set_hint(&self, bitmap: &Bitmap, local: usize) {
+        bitmap.set(local);
         self.gate.notify_one();
     }
 
     /// Rule 2: clear a bit, then re-read the slot; if it qualifies after all, set it again.
     pub(super) fn clear_hint(
         &self,
-        bitmap: &[CachePadded<AtomicU64>],
+        bitmap: &Bitmap,
         local: usize,
         slot: &Slot<T>,
         qualifies: impl Fn(SlotWord) -> bool,
     ) {
-        let word = Self::bitmap_word(bitmap, local);
-        let bit = Self::bit(local);
-        if word.load(Ordering::SeqCst) & bit == 0 {
-            // Already clear: whoever cleared it runs the recheck.
-            return;
-        }
-        word.fetch_and(!bit, Ordering::SeqCst);
-        if qualifies(SlotWord(slot.word.load(Ordering::SeqCst))) {
+        if bitmap.clear(local) && qualifies(SlotWord(slot.word.load(Ordering::SeqCst))) {
             self.set_hint(bitmap, local);
         }
     }

@@ -150,10 +150,15 @@ impl SlotWord {
         (self.0 ^ generation) >> Self::GEN_SHIFT == 0
     }
 
-    /// Whether a reserver may take one more unit here, under a per-slot cap of `max`.
+    /// Whether a reserver may take one more unit here, under a per-slot cap of `max`: the
+    /// phase accepts reservations and `load < max`, in one comparison. In
+    /// `word - (1 << PHASE_SHIFT)` masked to the load and the phase's high bit, that bit is
+    /// set exactly when the phase does not accept ([`SlotWord::accepting`]), which makes the
+    /// value at least `2 << PHASE_SHIFT`, above any `max`; otherwise the value is the load.
     #[inline]
     pub(super) const fn has_room(self, max: u32) -> bool {
-        self.accepting() && self.load() < max
+        const MASK: u64 = (0b10 << SlotWord::PHASE_SHIFT) | SlotWord::LOAD_MASK;
+        self.0.wrapping_sub(1 << Self::PHASE_SHIFT) & MASK < max as u64
     }
 }
 
@@ -296,16 +301,28 @@ mod tests {
 
     #[test]
     pub(super) fn bit_tests_agree_with_the_phase() {
+        const MAX_LOAD: u32 = super::super::MAX_LOAD;
         for phase in [Phase::Empty, Phase::Starting, Phase::Ready, Phase::Draining] {
-            for load in [0, 1, 7] {
-                let word = SlotWord::EMPTY
-                    .with_phase(phase)
-                    .with_load(load)
-                    .with_used(true);
-                assert_eq!(word.phase(), phase);
-                assert_eq!(word.accepting(), phase.accepts_reservations(), "{phase:?}");
-                assert_eq!(word.has_room(8), phase.accepts_reservations() && load < 8);
-                assert_eq!(word.retired().phase(), Phase::Empty);
+            for generation in [0u32, 1, (1 << Generation::BITS) - 1] {
+                for used in [false, true] {
+                    for load in [0, 1, 7, 8, 9, MAX_LOAD - 1, MAX_LOAD] {
+                        let word = SlotWord(u64::from(generation) << SlotWord::GEN_SHIFT)
+                            .with_phase(phase)
+                            .with_load(load)
+                            .with_used(used);
+                        assert_eq!(word.phase(), phase);
+                        assert_eq!(word.load(), load);
+                        assert_eq!(word.accepting(), phase.accepts_reservations(), "{phase:?}");
+                        for max in [1, 8, MAX_LOAD] {
+                            assert_eq!(
+                                word.has_room(max),
+                                phase.accepts_reservations() && load < max,
+                                "{word:?} under {max}"
+                            );
+                        }
+                        assert_eq!(word.retired().phase(), Phase::Empty);
+                    }
+                }
             }
         }
     }
