@@ -71,7 +71,7 @@ fn held_release_wakes_a_waiter() {
 /// A waiter on a one-slot, one-unit table while the holder gives its unit back with `release`;
 /// both reaches must occur and more than one execution be explored.
 fn release_vs_waiter(release: fn(&SlotTable, slotpool::Reservation)) {
-    let reach = model(|reach| {
+    let reach = model(move |reach| {
         let (table, mut held) = full_table(1, 1);
         let table = Arc::new(table);
         let r = held.pop().unwrap();
@@ -422,10 +422,10 @@ fn drain_vs_join() {
 /// A three-slot bounded table starts with its first segment (two slots under loom) and grows
 /// lazily. Two reservers racing on the full first segment: exactly one gets the third slot,
 /// the other finds the table full; the table never allocates past its capacity and no live
-/// slot moved.
+/// slot moved. Reached: each reserver gets the last slot in some execution.
 #[test]
 fn bounded_growth_vs_reserve() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 1).unwrap());
         assert_eq!(table.stats().slots, 2, "the first segment only");
         let held: Vec<_> = (0..2).map(|_| table.try_reserve().unwrap()).collect();
@@ -436,8 +436,14 @@ fn bounded_growth_vs_reserve() {
         let mine = table.try_reserve();
         let theirs = other.join().unwrap();
         let got = match (mine, theirs) {
-            (Ok(got), Err(e)) | (Err(e), Ok(got)) => {
+            (Ok(got), Err(e)) => {
                 assert_eq!(e, TryAcquireError::NoCapacity);
+                reach.hit("main grew the table and got the last slot");
+                got
+            }
+            (Err(e), Ok(got)) => {
+                assert_eq!(e, TryAcquireError::NoCapacity);
+                reach.hit("the other grew the table and got the last slot");
                 got
             }
             other => panic!("exactly one reserver gets the last slot: {other:?}"),
@@ -454,49 +460,69 @@ fn bounded_growth_vs_reserve() {
             assert!(table.release(r));
         }
     });
+    reach.explored(2).reached_all(&[
+        "main grew the table and got the last slot",
+        "the other grew the table and got the last slot",
+    ]);
 }
 
 /// A waiter and a racer on a bounded table whose first segment is full, while a held unit is
 /// released: the table grows at most to its capacity, the waiter is never left asleep while a
 /// unit is free (a lost wake-up is a loom deadlock), and every unit is visible afterwards.
+/// Reached: the waiter slept and was woken; the racer got a unit, and found none.
 #[test]
 fn bounded_growth_vs_waiter() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 1).unwrap());
         let mut held: Vec<_> = (0..2).map(|_| table.try_reserve().unwrap()).collect();
         let waiter = {
             let table = Arc::clone(&table);
             thread::spawn(move || {
-                let got = block_on(table.reserve()).unwrap();
-                assert!(table.release(got));
+                let (got, slept) = block_on(waited(table.reserve()));
+                assert!(table.release(got.unwrap()));
+                slept
             })
         };
         let racer = {
             let table = Arc::clone(&table);
-            thread::spawn(move || {
-                if let Ok(got) = table.try_reserve() {
+            thread::spawn(move || match table.try_reserve() {
+                Ok(got) => {
                     assert!(table.release(got));
+                    true
                 }
+                Err(_) => false,
             })
         };
         assert!(table.release(held.pop().unwrap()));
-        racer.join().unwrap();
-        waiter.join().unwrap();
+        let racer_got = racer.join().unwrap();
+        let slept = waiter.join().unwrap();
+        reach.hit_if(slept, "the waiter slept and was woken");
+        reach.hit(if racer_got {
+            "the racer got a unit"
+        } else {
+            "the racer found no room"
+        });
         assert!(table.stats().slots <= 3);
         assert!(table.release(held.pop().unwrap()));
         assert_eq!(table.stats().in_flight, 0);
         assert_all_capacity_visible(&table, 3, 1);
     });
+    reach.explored(2).reached_all(&[
+        "the waiter slept and was woken",
+        "the racer got a unit",
+        "the racer found no room",
+    ]);
 }
 
 /// A slot filled by a join keeps its room bit (stale) until a scan finds it full, so that a
 /// release from full finds the bit set and skips rewriting it. Here a reserver finds the full
 /// slot and clears its stale bit while its holder releases it: the release saw the bit set
 /// and wrote nothing, so only the clearer's re-read of the slot (rule 2) can set the bit
-/// again. Whatever the interleaving, no capacity is hidden afterwards.
+/// again. Whatever the interleaving, no capacity is hidden afterwards. Reached: the reserver
+/// took the released slot 0, and claimed slot 1 past the full one.
 #[test]
 fn lazy_room_bit_vs_stale_scan() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 1).unwrap());
         let claim = table.try_reserve().unwrap();
         assert!(table.mark_ready(claim.index(), claim.generation()));
@@ -510,18 +536,28 @@ fn lazy_room_bit_vs_stale_scan() {
         };
         table.release_held(held);
         let got = reserver.join().unwrap();
+        reach.hit(match (got.index(), got.claimed()) {
+            (0, false) => "the reserver took the released slot 0",
+            (1, true) => "the reserver claimed slot 1 past the full one",
+            other => panic!("unexpected reservation {other:?}"),
+        });
         assert_eq!(table.stats().in_flight, 1);
         assert_all_capacity_visible(&table, 2, 1);
         assert!(table.release(got));
     });
+    reach.explored(2).reached_all(&[
+        "the reserver took the released slot 0",
+        "the reserver claimed slot 1 past the full one",
+    ]);
 }
 
 /// `release_held` is one `fetch_sub`; the one that takes a Draining slot to load 0 retires
 /// it. A held release racing a drain and the drainer's own held release: the slot always ends
-/// Empty in the next generation, its vacancy published, whichever unit went last.
+/// Empty in the next generation, its vacancy published, whichever unit went last. Reached:
+/// either release is the last.
 #[test]
 fn held_release_vs_drain() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(1), 2).unwrap());
         let claim = table.try_reserve().unwrap();
         let joined = table.try_reserve().unwrap();
@@ -535,12 +571,22 @@ fn held_release_vs_drain() {
             Some(Phase::Ready)
         );
         table.release_held(claim);
+        // Empty right after the drainer's release iff the other unit was back already.
+        reach.hit(if table.word(0).unwrap().phase() == Phase::Empty {
+            "the drainer's release went last"
+        } else {
+            "the other release went last"
+        });
         releaser.join().unwrap();
         let word = table.word(0).unwrap();
         assert_eq!((word.phase(), word.load()), (Phase::Empty, 0));
         assert_eq!(word.generation(), claim.generation().next());
         assert_all_capacity_visible(&table, 1, 2);
     });
+    reach.explored(2).reached_all(&[
+        "the drainer's release went last",
+        "the other release went last",
+    ]);
 }
 
 /// The summary of the room words (under loom a bitmap word holds one slot, so slot 1 is word
@@ -548,9 +594,10 @@ fn held_release_vs_drain() {
 /// full and clears the bit, which empties word 1 and clears its summary bit, while the holder
 /// releases it, which sets word 1 again. The clearer re-reads word 1 after clearing the
 /// summary bit, so afterwards the summary flags every non-zero word (`hints_settled`).
+/// Reached: the reserver got slot 1 back, and found no room before the release.
 #[test]
 fn room_summary_vs_release() {
-    loom::model(|| {
+    let reach = model(|reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(2), 1).unwrap());
         let first = table.try_reserve().unwrap();
         let second = table.try_reserve().unwrap();
@@ -568,9 +615,16 @@ fn room_summary_vs_release() {
         if let Some(got) = reserver.join().unwrap() {
             assert_eq!(got.index(), 1);
             assert!(table.release(got));
+            reach.hit("the reserver got slot 1 back");
+        } else {
+            reach.hit("the reserver found no room before the release");
         }
         assert!(table.hints_settled(), "the summary lost a non-zero word");
         assert!(table.release(first));
         assert_all_capacity_visible(&table, 2, 1);
     });
+    reach.explored(2).reached_all(&[
+        "the reserver got slot 1 back",
+        "the reserver found no room before the release",
+    ]);
 }
