@@ -4,7 +4,7 @@
 # A mutant is caught when at least one of its checks fails (or times out); the unmutated
 # tree must pass every check first, or nothing is run.
 #
-#   bash loom-tests/mutants/run.sh [FILTER]      # mutants whose file name contains FILTER
+#   bash loom-tests/mutants/run.sh [FILTER...]   # mutants whose file name contains a FILTER
 #
 # Environment: BOUND (loom preemption bound, default 3), CHECK_TIMEOUT (seconds per check,
 # default 900), KEEP_GOING=1 (run every check of a mutant even after one caught it).
@@ -34,7 +34,8 @@
 set -uo pipefail
 top=$(git rev-parse --show-toplevel)
 cd "$top"
-filter=${1:-}
+filters=("$@")
+[ ${#filters[@]} -gt 0 ] || filters=("")
 bound=${BOUND:-3}
 limit=${CHECK_TIMEOUT:-900}
 work="$top/target/mutants"
@@ -84,9 +85,11 @@ header() { sed -n "/^---\$/q;s/^$2: *//p" "$1" | head -1; }
 mutants=()
 for m in "$top"/loom-tests/mutants/*.patch; do
   [ -e "$m" ] || continue
-  case $(basename "$m") in *"$filter"*) mutants+=("$m") ;; esac
+  for filter in "${filters[@]}"; do
+    case $(basename "$m") in *"$filter"*) mutants+=("$m"); break ;; esac
+  done
 done
-[ ${#mutants[@]} -gt 0 ] || { echo "no mutants match '$filter'"; exit 2; }
+[ ${#mutants[@]} -gt 0 ] || { echo "no mutants match '${filters[*]}'"; exit 2; }
 
 # The unmutated tree must pass every check that the chosen mutants name.
 declare -A seen=()
