@@ -29,8 +29,10 @@
 #                                cargo-fuzz; test:slotpool:slots_fuzz_replay replays the same
 #                                corpus without it)
 #
-# The table ends with a summary line per mutant family (the part of the name before the
-# first dash), and the run fails if any mutant survived or no longer applies.
+# A check that fails because the mutated tree does not compile catches nothing: the mutant is
+# reported BROKEN. The table ends with a summary line per mutant family (the part of the name
+# before the first dash), and the run fails if any mutant survived, no longer applies, or is
+# broken.
 set -uo pipefail
 top=$(git rev-parse --show-toplevel)
 cd "$top"
@@ -109,7 +111,7 @@ table="$work/table.md"
   echo "| mutant | what it plants | checks | result |"
   echo "| --- | --- | --- | --- |"
 } >"$table"
-caught=0 survived=0 equivalent=0 stale=0
+caught=0 survived=0 equivalent=0 stale=0 broken=0
 declare -A family_total=() family_caught=()
 for m in "${mutants[@]}"; do
   name=$(basename "$m" .patch)
@@ -126,13 +128,19 @@ for m in "${mutants[@]}"; do
       run_check "$c" >"$work/$name.$c.log" 2>&1
       status=$?
       secs=$(( $(date +%s) - start ))
-      if [ $status -ne 0 ]; then
+      if [ $status -ne 0 ] && grep -q "^error: could not compile" "$work/$name.$c.log"; then
+        # A mutant the compiler rejects proves nothing about the check.
+        result="BROKEN (does not compile under \`$c\`)"; broken=$((broken + 1))
+        break
+      elif [ $status -ne 0 ]; then
         why="fails"; [ $status -eq 124 ] && why="times out"
         result="${result:+$result; }caught by \`$c\` ($why, ${secs} s)"
         [ "${KEEP_GOING:-0}" = 1 ] || break
       fi
     done
-    if [ -n "$result" ]; then
+    if [[ $result == BROKEN* ]]; then
+      :
+    elif [ -n "$result" ]; then
       caught=$((caught + 1))
       [ "$expect" = equivalent ] && result="$result (expected equivalent!)"
     elif [ "$expect" = equivalent ]; then
@@ -156,5 +164,5 @@ done
 } | tee -a "$table"
 git -C "$tree" reset -q --hard
 echo
-echo "caught $caught, survived $survived, equivalent $equivalent, stale $stale (table: $table)"
-[ $survived -eq 0 ] && [ $stale -eq 0 ]
+echo "caught $caught, survived $survived, equivalent $equivalent, stale $stale, broken $broken (table: $table)"
+[ $survived -eq 0 ] && [ $stale -eq 0 ] && [ $broken -eq 0 ]
