@@ -231,8 +231,30 @@ struct Anchor<M: Manager> {
 #[derive(Debug, Clone, Copy)]
 struct Stamps {
     created: u64,
-    returned: Option<u64>,
+    /// The last return, or [`Stamps::NEVER`] (a plain word, not an `Option`: the object moves
+    /// in and out of its cell on every checkout and return, and every word counts).
+    returned: u64,
     recycle_count: u64,
+}
+
+impl Stamps {
+    /// `returned` before the first return (no stamp reaches it: stamps end at
+    /// [`MAX_STAMP`](crate::exclusive::MAX_STAMP)).
+    const NEVER: u64 = u64::MAX;
+
+    /// Stamps of an object created at `created`.
+    fn new(created: u64) -> Self {
+        Stamps {
+            created,
+            returned: Self::NEVER,
+            recycle_count: 0,
+        }
+    }
+
+    /// The last return, if any.
+    fn returned(self) -> Option<u64> {
+        (self.returned != Self::NEVER).then_some(self.returned)
+    }
 }
 
 /// Why an object left the pool (for the counters and the log).
@@ -243,6 +265,17 @@ enum Gone {
     Reaped,
     Surplus,
     RetainedOut,
+}
+
+/// What becomes of an idle object just checked out ([`Shared::recycle_due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// It goes out as it is.
+    No,
+    /// It is recycled first.
+    Yes,
+    /// It is past its lifetime: dropped.
+    Expired,
 }
 
 /// How handing out an idle object went.
@@ -488,29 +521,33 @@ impl<M: Manager> Shared<M> {
                 }
             };
             match checkout {
-                Checkout::Idle { lease, value } => match self.recycle_due(lease, value) {
-                    None => {}
-                    Some((lease, pooled, false)) => return Ok(Object::new(lease, pooled)),
-                    Some((lease, pooled, true)) => {
-                        track.enter(Step::Recycle);
-                        // Dropped with the caller mid-recycle, the guard drops the object.
-                        let mut held = Recycling {
-                            shared: self,
-                            held: Some((lease, pooled)),
-                        };
-                        let outcome = match held.held.as_mut() {
-                            Some((_, pooled)) => self.recycle_all(pooled).await,
-                            None => Ok(()),
-                        };
-                        if let Some((lease, pooled)) = held.held.take() {
-                            match self.recycled(lease, pooled, outcome) {
-                                Readied::Object(object) => return Ok(object),
-                                Readied::Failed(error) => return Err(error),
-                                Readied::Rejected => {}
-                            }
+                Checkout::Idle { lease, value } => {
+                    match self.recycle_due(value.stamps) {
+                        Due::No => return Ok(Object::new(lease, value)),
+                        Due::Expired => {
+                            self.discard(lease, value, Gone::Expired);
+                            continue;
+                        }
+                        Due::Yes => {}
+                    }
+                    track.enter(Step::Recycle);
+                    // Dropped with the caller mid-recycle, the guard drops the object.
+                    let mut held = Recycling {
+                        shared: self,
+                        held: Some((lease, value)),
+                    };
+                    let outcome = match held.held.as_mut() {
+                        Some((_, pooled)) => self.recycle_all(pooled).await,
+                        None => Ok(()),
+                    };
+                    if let Some((lease, pooled)) = held.held.take() {
+                        match self.recycled(lease, pooled, outcome) {
+                            Readied::Object(object) => return Ok(object),
+                            Readied::Failed(error) => return Err(error),
+                            Readied::Rejected => {}
                         }
                     }
-                },
+                }
                 Checkout::Vacant { lease } => {
                     track.enter(Step::Create);
                     return Creating::new(Arc::clone(self), lease).await;
@@ -534,28 +571,35 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Whether an idle object just checked out is recycled before it goes out; one past its
-    /// lifetime is dropped here (`None`). Reads the clock only if the pool's settings need it.
+    /// Whether an idle object just checked out (its stamps) is recycled before it goes out,
+    /// or dropped for its age. Reads the clock only if the pool's settings need it.
     #[inline]
-    fn recycle_due(&self, lease: Lease, pooled: Pooled<M>) -> Option<(Lease, Pooled<M>, bool)> {
+    fn recycle_due(&self, stamps: Stamps) -> Due {
         let config = &self.config;
         if !config.reads_clock {
-            return Some((lease, pooled, config.recycle == Recycle::Always));
+            return if config.recycle == Recycle::Always {
+                Due::Yes
+            } else {
+                Due::No
+            };
         }
         let now = self.time.now();
-        if self.expired(pooled.stamps, now) {
-            self.discard(lease, pooled, Gone::Expired);
-            return None;
+        if self.expired(stamps, now) {
+            return Due::Expired;
         }
         let due = match config.recycle {
             Recycle::Always => true,
             Recycle::Never => false,
             Recycle::IdleLongerThan(idle) => {
-                let since = pooled.stamps.returned.unwrap_or(pooled.stamps.created);
+                let since = stamps.returned().unwrap_or(stamps.created);
                 now.saturating_sub(since) > crate::pool::reap::nanos(idle)
             }
         };
-        Some((lease, pooled, due))
+        if due {
+            Due::Yes
+        } else {
+            Due::No
+        }
     }
 
     /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
@@ -671,7 +715,7 @@ impl<M: Manager> Shared<M> {
         Meta::new(
             self.time.base(),
             stamps.created,
-            stamps.returned,
+            stamps.returned(),
             stamps.recycle_count,
         )
     }
@@ -741,7 +785,7 @@ impl<M: Manager> Shared<M> {
             self.discard(lease, pooled, Gone::Expired);
             return;
         }
-        pooled.stamps.returned = Some(stamp);
+        pooled.stamps.returned = stamp;
         match self.slots.check_in(lease, pooled, stamp) {
             CheckIn::Kept => {}
             CheckIn::Surplus(pooled) => self.dispose([pooled], Gone::Surplus),
@@ -827,11 +871,21 @@ struct Recycling<'a, M: Manager> {
     held: Option<(Lease, Pooled<M>)>,
 }
 
+impl<M: Manager> Recycling<'_, M> {
+    #[cold]
+    #[inline(never)]
+    fn cancelled(&self, lease: Lease, pooled: Pooled<M>) {
+        tracing::debug!("get cancelled while recycling; object dropped");
+        self.shared.discard(lease, pooled, Gone::Discarded);
+    }
+}
+
 impl<M: Manager> Drop for Recycling<'_, M> {
+    // Inline: on the common path the object was taken back and this is one test.
+    #[inline]
     fn drop(&mut self) {
         if let Some((lease, pooled)) = self.held.take() {
-            tracing::debug!("get cancelled while recycling; object dropped");
-            self.shared.discard(lease, pooled, Gone::Discarded);
+            self.cancelled(lease, pooled);
         }
     }
 }
