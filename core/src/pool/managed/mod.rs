@@ -135,9 +135,9 @@ mod stats;
 pub(crate) mod time;
 
 use std::fmt;
-use std::future::{poll_fn, Future};
-use std::pin::pin;
-use std::task::Poll;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use builder::{PoolBuilder, Recycle};
@@ -657,7 +657,7 @@ impl<M: Manager> Shared<M> {
         let recycled = match catch(|| self.manager.recycle(object, meta)) {
             Ok(recycle) => {
                 let mut recycle = pin!(Contained::new(recycle));
-                match poll_fn(|cx| Poll::Ready(recycle.as_mut().poll(cx))).await {
+                match FirstPoll(recycle.as_mut()).await {
                     Poll::Ready(done) => done,
                     Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
                         Ok(done) => done,
@@ -861,6 +861,19 @@ impl<M: Manager> Shared<M> {
             }
         }
         created
+    }
+}
+
+/// Polls a future once and resolves to what the poll said (a hand-written `poll_fn`, so the
+/// first poll of a recycle inlines into the `get`).
+struct FirstPoll<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for FirstPoll<'_, F> {
+    type Output = Poll<F::Output>;
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(self.0.as_mut().poll(cx))
     }
 }
 
