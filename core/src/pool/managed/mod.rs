@@ -278,16 +278,6 @@ enum Due {
     Expired,
 }
 
-/// How handing out an idle object went.
-enum Readied<M: Manager> {
-    /// It is the caller's.
-    Object(Object<M>),
-    /// It was rejected and dropped: try the next.
-    Rejected,
-    /// The `get` fails.
-    Failed(PoolError<M::Error>),
-}
-
 /// Records the step a `get` is in, for `get_timeout`'s error (an atomic on the caller's
 /// stack, so the `get` future stays `Send`).
 #[derive(Clone, Copy)]
@@ -531,21 +521,25 @@ impl<M: Manager> Shared<M> {
                         Due::Yes => {}
                     }
                     track.enter(Step::Recycle);
-                    // Dropped with the caller mid-recycle, the guard drops the object.
-                    let mut held = Recycling {
+                    // Built before the recycle, so the object moves no more; dropped with the
+                    // caller mid-recycle, the guard drops what it holds (not a return).
+                    let mut object = Object::new(lease, value);
+                    let mut guard = Recycling {
                         shared: self,
-                        held: Some((lease, value)),
+                        object: Some(&mut object),
                     };
-                    let outcome = match held.held.as_mut() {
-                        Some((_, pooled)) => self.recycle_all(pooled).await,
+                    let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
+                        Some(pooled) => self.recycle_all(pooled).await,
                         None => Ok(()),
                     };
-                    if let Some((lease, pooled)) = held.held.take() {
-                        match self.recycled(lease, pooled, outcome) {
-                            Readied::Object(object) => return Ok(object),
-                            Readied::Failed(error) => return Err(error),
-                            Readied::Rejected => {}
-                        }
+                    // Disarmed: the outcome decides.
+                    guard.object = None;
+                    drop(guard);
+                    match self.recycled(&mut object, outcome) {
+                        Ok(()) => return Ok(object),
+                        Err(Some(error)) => return Err(error),
+                        // Rejected and dropped (`object` is empty): try the next.
+                        Err(None) => {}
                     }
                 }
                 Checkout::Vacant { lease } => {
@@ -620,29 +614,29 @@ impl<M: Manager> Shared<M> {
         Ok(())
     }
 
-    /// After a recycle: the object goes out, or is dropped (its room given back).
+    /// After a recycle: the object goes out (`Ok`), or it is dropped and its room given back
+    /// (`Err(None)`: rejected, try the next; `Err(Some(..))`: the `get` fails).
     #[inline]
     fn recycled(
         &self,
-        lease: Lease,
-        mut pooled: Pooled<M>,
+        object: &mut Object<M>,
         outcome: Result<(), Option<(Step, Panic)>>,
-    ) -> Readied<M> {
-        match outcome {
+    ) -> Result<(), Option<PoolError<M::Error>>> {
+        let failure = match outcome {
             Ok(()) => {
-                pooled.stamps.recycle_count += 1;
+                if let Some(pooled) = object.pooled_mut() {
+                    pooled.stamps.recycle_count += 1;
+                }
                 self.counters.recycled.incr();
-                Readied::Object(Object::new(lease, pooled))
+                return Ok(());
             }
-            Err(None) => {
-                self.discard(lease, pooled, Gone::Discarded);
-                Readied::Rejected
-            }
-            Err(Some((step, panic))) => {
-                self.discard(lease, pooled, Gone::Discarded);
-                Readied::Failed(PoolError::Panicked { step, panic })
-            }
+            Err(None) => None,
+            Err(Some((step, panic))) => Some(PoolError::Panicked { step, panic }),
+        };
+        if let Some((lease, pooled)) = object.take_held() {
+            self.discard(lease, pooled, Gone::Discarded);
         }
+        Err(failure)
     }
 
     /// Runs [`Manager::recycle`] on an object: the first poll inline, and a timer only for a
@@ -877,14 +871,14 @@ impl<F: Future> Future for FirstPoll<'_, F> {
     }
 }
 
-/// An idle object taken for recycling: dropped (its room given back) if the `get` is
-/// cancelled before the recycle ends.
-struct Recycling<'a, M: Manager> {
+/// An object being recycled: dropped (its room given back) if the `get` is cancelled before
+/// the recycle ends; `object` is `None` once the recycle is over (disarmed).
+struct Recycling<'a, 'o, M: Manager> {
     shared: &'a Shared<M>,
-    held: Option<(Lease, Pooled<M>)>,
+    object: Option<&'o mut Object<M>>,
 }
 
-impl<M: Manager> Recycling<'_, M> {
+impl<M: Manager> Recycling<'_, '_, M> {
     #[cold]
     #[inline(never)]
     fn cancelled(&self, lease: Lease, pooled: Pooled<M>) {
@@ -893,11 +887,11 @@ impl<M: Manager> Recycling<'_, M> {
     }
 }
 
-impl<M: Manager> Drop for Recycling<'_, M> {
-    // Inline: on the common path the object was taken back and this is one test.
+impl<M: Manager> Drop for Recycling<'_, '_, M> {
+    // Inline: on the common path the guard was disarmed and this is one test.
     #[inline]
     fn drop(&mut self) {
-        if let Some((lease, pooled)) = self.held.take() {
+        if let Some((lease, pooled)) = self.object.take().and_then(Object::take_held) {
             self.cancelled(lease, pooled);
         }
     }

@@ -28,6 +28,18 @@ impl<M: Manager> Object<M> {
         }
     }
 
+    /// The object's pool entry while it holds one (during its recycle).
+    #[inline]
+    pub(super) fn pooled_mut(&mut self) -> Option<&mut Pooled<M>> {
+        self.held.as_mut().map(|(_, pooled)| pooled)
+    }
+
+    /// Empties the object without returning it (the pool drops what comes back).
+    #[inline]
+    pub(super) fn take_held(&mut self) -> Option<(Lease, Pooled<M>)> {
+        self.held.take()
+    }
+
     fn pooled(&self) -> &Pooled<M> {
         match &self.held {
             Some((_, pooled)) => pooled,
