@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use slotpool_bench::cases::{
     client, e2e, keyed, managed, postgres, scaling, session, stream, stream_depth1,
 };
-use slotpool_bench::report::{self, Record, Settings};
+use slotpool_bench::report::{self, run_cases, Case, Record, Settings};
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
@@ -162,23 +162,18 @@ fn main() -> ExitCode {
     }
 
     let mut records: Vec<Record> = Vec::new();
-    if group_wanted(only, "stream/") {
-        records.extend(stream::compare_only(&settings, wanted));
-    }
-    if group_wanted(only, "stream-depth1/") {
-        records.extend(stream_depth1::compare_only(&settings, wanted));
-    }
-    if group_wanted(only, "keyed/") {
-        records.extend(keyed::compare(&settings));
-    }
-    if group_wanted(only, "session/") {
-        records.extend(session::compare(&settings));
-    }
-    if group_wanted(only, "client/") {
-        records.extend(client::compare(&settings));
-    }
-    if group_wanted(only, "managed/") {
-        records.extend(managed::compare_only(&settings, wanted));
+    let groups: [(&str, &[Case]); 6] = [
+        ("stream/", stream::CASES),
+        ("stream-depth1/", stream_depth1::CASES),
+        ("keyed/", keyed::CASES),
+        ("session/", session::CASES),
+        ("client/", client::CASES),
+        ("managed/", managed::CASES),
+    ];
+    for (group, cases) in groups {
+        if group_wanted(only, group) {
+            records.extend(run_cases(cases, &settings, wanted));
+        }
     }
     if group_wanted(only, "e2e/") {
         records.extend(e2e::compare(&settings));

@@ -17,7 +17,7 @@
 //! | ground | `sync.rs` | the one place that names atomics, locks, `Arc`, `UnsafeCell` and spins; loom's under `--cfg slotpool_loom` |
 //! | ground | `panic.rs` | [`panic`](mod@panic): containing panics of user code where a pool calls or polls it |
 //! | ground | `error.rs` | [`ConfigError`], [`AcquireError`], [`Reach`]: typed errors that say whether a retry is safe |
-//! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps and growth |
+//! | protocol | `protocol/slots/` | [`slots`]: the slot table. `mod.rs` the algorithm (reserve, claim, release, drain, reap), `word.rs` the packed slot word and reservation, `segment.rs` segments, hint bitmaps with their summary word, and growth |
 //! | protocol | `protocol/gate.rs` | [`gate`]: waiting for capacity, a WAITING bit beside the state and a FIFO slow path whose nodes live in the waiting futures |
 //! | protocol | `protocol/limit.rs` | [`limit`]: a counting limiter (semaphore) on the gate |
 //! | protocol | `protocol/exclusive.rs` | [`exclusive`]: slots of load 0 or 1 that own one value each, a resizable live count, hand-overs to waiters, and the reaper's handshake |
@@ -28,8 +28,8 @@
 //! | protocol | `protocol/breaker.rs` | [`breaker`]: a consecutive-failure circuit breaker with one half-open probe |
 //! | pool | `pool/settings.rs` | the settings every pool shares (idle timeout, reaping, clock, breaker) and their setters |
 //! | pool | `pool/reap.rs` | the background reaper task every pool runs around its plain `reap(now)` |
-//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the acquire path, guards and the reaper's hung-peer checks, `driver.rs` a stream's task and its failures (panics of user code, timeouts), `routing.rs` where its responses go (by id or in order), `builder.rs` the settings |
-//! | pool | `pool/managed/` | [`managed`]: the general object pool for deadpool and bb8 users (`Manager`, `Pool`, `Object`). `mod.rs` the get path and the protocol told once, `create.rs` creation (finished off a cancelled caller), `object.rs`, `builder.rs`, `manager.rs` the trait and hooks, `maintain.rs` reaping and `min_idle`, `stats.rs`, `error.rs`, `contain.rs` guarded user futures, `time.rs` return stamps without a clock read |
+//! | pool | `pool/stream/` | [`stream`]: multiplexed request streams (R1). `mod.rs` the pool, its acquire and send paths and the reaper's hung-peer checks, `connector.rs` what it asks of its user (the connector traits, correlation, the outbound half, request errors), `guard.rs` the acquire future and the guards, `driver.rs` a stream's task and its failures (panics of user code, timeouts), `routing.rs` where its responses go (by id or in order), `builder.rs` the settings |
+//! | pool | `pool/managed/` | [`managed`]: the general object pool for deadpool and bb8 users (`Manager`, `Pool`, `Object`). `mod.rs` the get path and the protocol told once, `create.rs` creation (finished off a cancelled caller), `object.rs`, `builder.rs`, `manager.rs` the trait and hooks, `maintain.rs` reaping and `min_idle`, `stats.rs`, `error.rs`, `contain.rs` guarded user futures, `time.rs` return stamps without a clock read, `postgres.rs` a `Manager` for tokio-postgres (feature `postgres`) |
 //! | pool | `pool/channel.rs` | [`channel`]: shared lazy channels (R1), on the shared cell |
 //! | pool | `pool/client.rs` | [`client`]: exclusive clients over channels (R1), on the exclusive cell |
 //! | pool | `pool/keyed/` | [`keyed`]: per-family admission for blocking work (R2). `mod.rs` admission and the blocking pool, `builder.rs`, `error.rs` |

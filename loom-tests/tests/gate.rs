@@ -13,7 +13,6 @@
 //! slotpool-loom-tests --target-dir target/loom --test gate`.
 #![cfg(slotpool_loom)]
 
-use std::collections::BTreeMap;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll, Waker};
@@ -24,46 +23,12 @@ use loom::sync::Arc;
 use loom::thread;
 use slotpool::gate::{Gate, LeftQueue, Waiter};
 use slotpool::{Closed, Limit};
+use slotpool_loom_tests::{model, Reach};
 
-/// Executions of one model, and per named branch the executions that reached it.
-#[derive(Default)]
-struct Coverage {
-    executions: std::sync::atomic::AtomicUsize,
-    reached: std::sync::Mutex<BTreeMap<&'static str, usize>>,
-}
-
-impl Coverage {
-    /// Records that this execution reached `branch`.
-    fn hit(&self, branch: &'static str) {
-        let mut reached = self.reached.lock().unwrap_or_else(|p| p.into_inner());
-        *reached.entry(branch).or_default() += 1;
-    }
-}
-
-/// Runs `model` under loom, then checks that it explored more than one execution and that
-/// each of `branches` was reached in at least one.
-fn check(branches: &[&'static str], model: impl Fn(&Coverage) + Sync + Send + 'static) {
-    let coverage = std::sync::Arc::new(Coverage::default());
-    let inner = std::sync::Arc::clone(&coverage);
-    loom::model(move || {
-        inner
-            .executions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        model(&inner);
-    });
-    let executions = coverage
-        .executions
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let reached = coverage.reached.lock().unwrap_or_else(|p| p.into_inner());
-    let name = std::thread::current().name().unwrap_or("model").to_owned();
-    eprintln!("{name}: {executions} executions, reached {reached:?}");
-    assert!(executions > 1, "the model explored {executions} execution");
-    for branch in branches {
-        assert!(
-            reached.get(branch).is_some_and(|&n| n > 0),
-            "no execution of {executions} reached `{branch}` (reached: {reached:?})"
-        );
-    }
+/// Runs `body` under loom ([`model`]) and asserts that it explored more than one execution
+/// and reached each of `branches` in at least one.
+fn check(branches: &[&'static str], body: impl Fn(&Reach) + Sync + Send + 'static) {
+    model(body).explored(2).reached_all(branches);
 }
 
 fn limit_of(permits: usize) -> Arc<Limit> {
@@ -161,7 +126,7 @@ fn spawn_acquire(limit: &Arc<Limit>) -> thread::JoinHandle<()> {
 
 /// Records how the one waiter that gave up was placed when it left: still `linked`, or
 /// woken (notified, or holding a handed-off unit).
-fn hit_how_it_left(cov: &Coverage, left: LeftQueue, linked: &'static str, woken: &'static str) {
+fn hit_how_it_left(cov: &Reach, left: LeftQueue, linked: &'static str, woken: &'static str) {
     assert_eq!(
         left.linked + left.notified + left.holding_unit,
         1,

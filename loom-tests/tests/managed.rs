@@ -14,7 +14,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize as StdCount, Ordering as StdOrdering};
 use std::task::{Context, Poll};
 
 use loom::future::block_on;
@@ -23,39 +22,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slotpool::exclusive::{CheckIn, Checkout, ExclusiveSlots, IdleStamps};
 use slotpool::{Capacity, Closed, TryAcquireError};
-
-/// Counts across the executions of one model (a plain std atomic: it is not part of what
-/// loom explores).
-struct Reached(StdCount);
-
-impl Reached {
-    const fn new() -> Self {
-        Reached(StdCount::new(0))
-    }
-
-    fn hit(&self) {
-        self.0.fetch_add(1, StdOrdering::Relaxed);
-    }
-
-    fn count(&self) -> usize {
-        self.0.load(StdOrdering::Relaxed)
-    }
-}
-
-/// `loom::model`, asserting that it explored more than one execution (a model whose threads
-/// cannot interleave proves nothing).
-fn explore(model: impl Fn() + Sync + Send + 'static) {
-    let executions = std::sync::Arc::new(StdCount::new(0));
-    let counted = std::sync::Arc::clone(&executions);
-    loom::model(move || {
-        counted.fetch_add(1, StdOrdering::Relaxed);
-        model();
-    });
-    assert!(
-        executions.load(StdOrdering::Relaxed) > 1,
-        "the model ran a single execution"
-    );
-}
+use slotpool_loom_tests::model;
 
 fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut Context::from_waker(std::task::Waker::noop()))
@@ -171,9 +138,7 @@ fn assert_settled(slots: &ExclusiveSlots<u32>) {
 /// its slot and the next checkout gets it: the cancelled waiter took nothing.
 #[test]
 fn get_cancelled_after_one_poll_while_waiting() {
-    static HANDED_THEN_DROPPED: Reached = Reached::new();
-    static DROPPED_FIRST: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let mut wait = Box::pin(slots.checkout());
@@ -183,9 +148,9 @@ fn get_cancelled_after_one_poll_while_waiting() {
         );
         let (releaser, returned) = return_on_a_thread(&slots, lease, value);
         if handed_over(&slots, &returned) {
-            HANDED_THEN_DROPPED.hit();
+            reach.hit("handed then dropped");
         } else {
-            DROPPED_FIRST.hit();
+            reach.hit("dropped first");
         }
         drop(wait);
         releaser.join().unwrap();
@@ -194,11 +159,9 @@ fn get_cancelled_after_one_poll_while_waiting() {
         assert_eq!(value, 7, "the value survived the cancelled waiter");
         assert!(matches!(slots.check_in(lease, value, 3), CheckIn::Kept));
     });
-    assert!(
-        HANDED_THEN_DROPPED.count() > 0,
-        "no execution handed the slot to the waiter before it was dropped"
-    );
-    assert!(DROPPED_FIRST.count() > 0);
+    reach
+        .explored(2)
+        .reached_all(&["handed then dropped", "dropped first"]);
 }
 
 /// A hand-over to a waiter that is cancelled at that moment goes to the next waiter: the first
@@ -207,8 +170,7 @@ fn get_cancelled_after_one_poll_while_waiting() {
 /// swallowed by the dropped waiter).
 #[test]
 fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
-    static HANDED_THEN_DROPPED: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
         let mut first = Box::pin(slots.checkout());
@@ -225,7 +187,7 @@ fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
             assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
         });
         if handed_over(&slots, &returned) {
-            HANDED_THEN_DROPPED.hit();
+            reach.hit("handed then dropped");
         }
         drop(first);
         releaser.join().unwrap();
@@ -233,10 +195,7 @@ fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
         assert_settled(&slots);
         assert_eq!(slots.counts().idle, 1);
     });
-    assert!(
-        HANDED_THEN_DROPPED.count() > 0,
-        "no execution handed the slot to the first waiter before it was dropped"
-    );
+    reach.explored(2).reached_all(&["handed then dropped"]);
 }
 
 /// A return racing a waiter's scan over the returned slot's stale room bit (lazy hints: the
@@ -245,16 +204,15 @@ fn handoff_to_a_cancelled_waiter_goes_to_the_next() {
 /// a deadlock for a lost wake-up).
 #[test]
 fn return_vs_waiter_over_a_stale_room_bit() {
-    static WAITED: Reached = Reached::new();
-    static NO_WAIT: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
-        let waiter = spawn_waiter(&slots, |slots, checkout, waited| {
+        let seen = reach.clone();
+        let waiter = spawn_waiter(&slots, move |slots, checkout, waited| {
             if waited {
-                WAITED.hit();
+                seen.hit("waited");
             } else {
-                NO_WAIT.hit();
+                seen.hit("no wait");
             }
             let Ok(Checkout::Idle { lease, value }) = checkout else {
                 panic!("the waiter gets the value, got {checkout:?}");
@@ -265,7 +223,7 @@ fn return_vs_waiter_over_a_stale_room_bit() {
         waiter.join().unwrap();
         assert_settled(&slots);
     });
-    assert!(WAITED.count() > 0 && NO_WAIT.count() > 0);
+    reach.explored(2).reached_all(&["waited", "no wait"]);
 }
 
 /// `resize(1)` racing the return of one of two values (the other idle). Shrinking retires the
@@ -275,10 +233,7 @@ fn return_vs_waiter_over_a_stale_room_bit() {
 /// runs the trimming pass itself (the Dekker pairing of the bound and the slot words).
 #[test]
 fn resize_vs_return() {
-    static SURPLUS: Reached = Reached::new();
-    static TRIMMED_ON_RETURN: Reached = Reached::new();
-    static RETIRED_BY_RESIZE: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(2, &[1, 2]));
         let (lease, value) = take(&slots);
         assert_eq!(value, 1, "lowest slot first");
@@ -289,17 +244,17 @@ fn resize_vs_return() {
         let mut retired = match slots.check_in(lease, value, 1) {
             CheckIn::Kept => Vec::new(),
             CheckIn::Surplus(value) => {
-                SURPLUS.hit();
+                reach.hit("surplus");
                 vec![value]
             }
             CheckIn::Trimmed(values) => {
-                TRIMMED_ON_RETURN.hit();
+                reach.hit("trimmed on return");
                 values
             }
         };
         let by_resize = resizer.join().unwrap();
         if !by_resize.is_empty() {
-            RETIRED_BY_RESIZE.hit();
+            reach.hit("retired by resize");
         }
         retired.extend(by_resize);
         assert_eq!(
@@ -315,18 +270,9 @@ fn resize_vs_return() {
         assert_eq!(retired, [1, 2], "a value was lost or retired twice");
         assert!(matches!(slots.check_in(lease, left, 3), CheckIn::Kept));
     });
-    assert!(
-        SURPLUS.count() > 0,
-        "the return never saw the shrink before its release"
-    );
-    assert!(
-        TRIMMED_ON_RETURN.count() > 0,
-        "the return never saw the shrink after its release"
-    );
-    assert!(
-        RETIRED_BY_RESIZE.count() > 0,
-        "the shrink never retired an idle value"
-    );
+    reach
+        .explored(2)
+        .reached_all(&["surplus", "trimmed on return", "retired by resize"]);
 }
 
 /// `resize(1)` racing a checkout that opens a new slot (the only value is held, the size is
@@ -335,10 +281,7 @@ fn resize_vs_return() {
 /// more are retired than the shrink asks for, and the live count stays exact.
 #[test]
 fn resize_vs_checkout() {
-    static REFUSED: Reached = Reached::new();
-    static NEW_SHED_ON_RETURN: Reached = Reached::new();
-    static NEW_RETIRED_BY_RESIZE: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(2, &[1]));
         let (held, one) = take(&slots);
         let resizer = {
@@ -352,18 +295,18 @@ fn resize_vs_checkout() {
                 match slots.check_in(lease, 2, 1) {
                     CheckIn::Kept => {}
                     CheckIn::Surplus(value) => {
-                        NEW_SHED_ON_RETURN.hit();
+                        reach.hit("new shed on return");
                         retired.push(value);
                     }
                     CheckIn::Trimmed(values) => retired.extend(values),
                 }
             }
-            Err(TryAcquireError::NoCapacity) => REFUSED.hit(),
+            Err(TryAcquireError::NoCapacity) => reach.hit("refused"),
             other => panic!("unexpected {other:?}"),
         }
         let by_resize = resizer.join().unwrap();
         if by_resize.contains(&2) {
-            NEW_RETIRED_BY_RESIZE.hit();
+            reach.hit("new retired by resize");
         }
         retired.extend(by_resize);
         assert!(matches!(slots.check_in(held, one, 2), CheckIn::Kept));
@@ -374,21 +317,22 @@ fn resize_vs_checkout() {
         assert_settled(&slots);
         assert_eq!(slots.live(), 1, "one value left: {retired:?}");
     });
-    assert!(REFUSED.count() > 0, "the checkout never read the new size");
-    assert!(NEW_SHED_ON_RETURN.count() > 0 && NEW_RETIRED_BY_RESIZE.count() > 0);
+    reach
+        .explored(2)
+        .reached_all(&["refused", "new shed on return", "new retired by resize"]);
 }
 
 /// `resize` growing the table while a caller waits for room to build: the waiter is woken by
 /// the resize (or sees the new bound in its recheck) and claims a slot.
 #[test]
 fn resize_up_wakes_a_waiter() {
-    static WAITED: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
-        let waiter = spawn_waiter(&slots, |slots, checkout, waited| {
+        let seen = reach.clone();
+        let waiter = spawn_waiter(&slots, move |slots, checkout, waited| {
             if waited {
-                WAITED.hit();
+                seen.hit("waited");
             }
             match checkout {
                 Ok(Checkout::Vacant { lease }) => {
@@ -404,20 +348,20 @@ fn resize_up_wakes_a_waiter() {
         assert_settled(&slots);
         assert_eq!(slots.live(), 2);
     });
-    assert!(WAITED.count() > 0, "the waiter never waited");
+    reach.explored(2).reached_all(&["waited"]);
 }
 
 /// `close` racing a waiter (the only value is held): the waiter wakes with `Closed`, never
 /// sleeps through the close; the held value comes back as surplus and the table ends empty.
 #[test]
 fn close_vs_waiters() {
-    static WAITED: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let (lease, value) = take(&slots);
-        let waiter = spawn_waiter(&slots, |_, checkout, waited| {
+        let seen = reach.clone();
+        let waiter = spawn_waiter(&slots, move |_, checkout, waited| {
             if waited {
-                WAITED.hit();
+                seen.hit("waited");
             }
             assert!(matches!(checkout, Err(Closed)), "got {checkout:?}");
         });
@@ -432,10 +376,7 @@ fn close_vs_waiters() {
         assert_eq!(slots.live(), 0);
         assert!(matches!(slots.try_checkout(), Err(TryAcquireError::Closed)));
     });
-    assert!(
-        WAITED.count() > 0,
-        "the waiter never waited before the close"
-    );
+    reach.explored(2).reached_all(&["waited"]);
 }
 
 /// The reaper retiring a value past its lifetime (by its birth stamp) racing a checkout of
@@ -443,9 +384,7 @@ fn close_vs_waiters() {
 /// in the freed room (or finds none yet while the slot drains); the live count stays exact.
 #[test]
 fn reap_vs_checkout() {
-    static REAPED: Reached = Reached::new();
-    static CHECKED_OUT: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let acquirer = {
             let slots = Arc::clone(&slots);
@@ -466,14 +405,14 @@ fn reap_vs_checkout() {
         let reaped = slots.reap_by(|stamps: IdleStamps| stamps.born == 0);
         let acquired = acquirer.join().unwrap();
         match (acquired, reaped.as_slice()) {
-            (Some(7), []) => CHECKED_OUT.hit(),
-            (Some(8) | None, [(7, 0)]) => REAPED.hit(),
+            (Some(7), []) => reach.hit("checked out"),
+            (Some(8) | None, [(7, 0)]) => reach.hit("reaped"),
             other => panic!("a value was handed out twice or lost: {other:?}"),
         }
         assert_settled(&slots);
         assert!(slots.live() <= 1);
     });
-    assert!(REAPED.count() > 0 && CHECKED_OUT.count() > 0);
+    reach.explored(2).reached_all(&["reaped", "checked out"]);
 }
 
 /// `retain` racing a checkout: `retain` takes each idle value by joining its slot, so the
@@ -481,9 +420,7 @@ fn reap_vs_checkout() {
 /// nothing extra beyond the bound; a value `retain` drops is retired once.
 #[test]
 fn retain_vs_checkout() {
-    static RETAINED_DROPPED: Reached = Reached::new();
-    static CHECKOUT_FIRST: Reached = Reached::new();
-    explore(|| {
+    let reach = model(|reach| {
         let slots = Arc::new(idle_values(1, &[7]));
         let acquirer = {
             let slots = Arc::clone(&slots);
@@ -504,13 +441,15 @@ fn retain_vs_checkout() {
         let removed = slots.retain(|value| *value != 7);
         let acquired = acquirer.join().unwrap();
         match (acquired, removed.as_slice()) {
-            (Some(7), []) => CHECKOUT_FIRST.hit(),
+            (Some(7), []) => reach.hit("checkout first"),
             (Some(7), [7]) => {} // checked out and returned before retain looked
-            (Some(8) | None, [7]) => RETAINED_DROPPED.hit(),
+            (Some(8) | None, [7]) => reach.hit("retained dropped"),
             other => panic!("a value was handed out twice or lost: {other:?}"),
         }
         assert_settled(&slots);
         assert!(slots.live() <= 1);
     });
-    assert!(RETAINED_DROPPED.count() > 0 && CHECKOUT_FIRST.count() > 0);
+    reach
+        .explored(2)
+        .reached_all(&["retained dropped", "checkout first"]);
 }

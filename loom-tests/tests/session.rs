@@ -32,7 +32,7 @@ use slotpool::flight::{
     UseStamp,
 };
 use slotpool::{Limit, OwnedPermit};
-use slotpool_loom_tests::coverage::explore;
+use slotpool_loom_tests::model;
 
 /// Idle bound used by every model (nanoseconds).
 const MAX_IDLE: u64 = 10;
@@ -245,7 +245,7 @@ impl Pool {
 /// (the joiner is woken: loom reports a deadlock otherwise).
 #[test]
 fn single_flight_shares_one_establishment() {
-    explore("single_flight_shares_one_establishment", 1, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(2);
         let other = {
             let pool = Arc::clone(&pool);
@@ -261,16 +261,19 @@ fn single_flight_shares_one_establishment() {
         assert_eq!(pool.establishments.load(Ordering::SeqCst), 1);
         assert_eq!(pool.limit().in_use(), 1);
         if my_path.joined || their_path.joined {
-            coverage.reached(0);
+            reach.hit("a caller joined the flight of the other");
         }
         pool.assert_settled();
     });
+    reach
+        .explored(2)
+        .reached_all(&["a caller joined the flight of the other"]);
 }
 
 /// Three callers (two threads and the main one): still one establishment, one value.
 #[test]
 fn single_flight_three_callers() {
-    explore("single_flight_three_callers", 1, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(1);
         let others: Vec<_> = (0..2)
             .map(|_| {
@@ -288,17 +291,20 @@ fn single_flight_three_callers() {
         }
         assert_eq!(pool.establishments.load(Ordering::SeqCst), 1);
         if joined == 2 {
-            coverage.reached(0);
+            reach.hit("two callers joined the flight of the leader");
         }
         pool.assert_settled();
     });
+    reach
+        .explored(2)
+        .reached_all(&["two callers joined the flight of the leader"]);
 }
 
 /// A failed establishment reaches every caller that joined it; a caller that arrives after
 /// the flight ended starts a new one. No flight is left in the map, no permit is kept.
 #[test]
 fn single_flight_failure_reaches_joiners() {
-    explore("single_flight_failure_reaches_joiners", 2, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(1);
         pool.fail_next.store(1, Ordering::SeqCst);
         let other = {
@@ -316,12 +322,12 @@ fn single_flight_failure_reaches_joiners() {
             // Both joined the one failed flight.
             1 => {
                 assert_eq!(failed, 2);
-                coverage.reached(0);
+                reach.hit("both joined the one failed flight");
             }
             // One met the failure, the other came after it and succeeded.
             2 => {
                 assert_eq!(failed, 1);
-                coverage.reached(1);
+                reach.hit("one met the failure, the other established after it");
             }
             n => panic!("{n} establishments for two callers"),
         }
@@ -334,6 +340,10 @@ fn single_flight_failure_reaches_joiners() {
         );
         pool.assert_settled();
     });
+    reach.explored(2).reached_all(&[
+        "both joined the one failed flight",
+        "one met the failure, the other established after it",
+    ]);
 }
 
 /// Release racing a hot acquire of an active session (pool size 1). The acquire either got
@@ -342,7 +352,7 @@ fn single_flight_failure_reaches_joiners() {
 /// next acquire succeeds (a refused flight left in the map would refuse it).
 #[test]
 fn release_racing_acquire() {
-    explore("release_racing_acquire", 3, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(1);
         let old = pool.acquire(0, 1).unwrap();
         let acquirer = {
@@ -351,9 +361,11 @@ fn release_racing_acquire() {
         };
         assert!(pool.release(0));
         match acquirer.join().unwrap() {
-            Ok(got) if Arc::ptr_eq(&got, &old) => coverage.reached(0),
-            Ok(_) => coverage.reached(1),
-            Err(Failure::Exhausted) => coverage.reached(2),
+            Ok(got) if Arc::ptr_eq(&got, &old) => {
+                reach.hit("the acquire got the old value before the release")
+            }
+            Ok(_) => reach.hit("the acquire rebuilt after the release"),
+            Err(Failure::Exhausted) => reach.hit("the acquire met full capacity"),
             Err(Failure::Released) => {}
             Err(other) => panic!("unexpected {other:?}"),
         }
@@ -367,13 +379,18 @@ fn release_racing_acquire() {
         assert!(again.is_ok(), "capacity is back, yet {:?}", again.err());
         pool.assert_settled();
     });
+    reach.explored(2).reached_all(&[
+        "the acquire got the old value before the release",
+        "the acquire rebuilt after the release",
+        "the acquire met full capacity",
+    ]);
 }
 
 /// Release of a session while its establishment is in flight: the leader's install is
 /// refused, it frees the value itself, and the flight fails with `Released`.
 #[test]
 fn release_racing_establishment() {
-    explore("release_racing_establishment", 1, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(1);
         let acquirer = {
             let pool = Arc::clone(&pool);
@@ -382,11 +399,14 @@ fn release_racing_establishment() {
         pool.release(0);
         match acquirer.join().unwrap() {
             Ok(_) => {}
-            Err(Failure::Released) => coverage.reached(0),
+            Err(Failure::Released) => reach.hit("the establishment was refused by the release"),
             Err(other) => panic!("unexpected {other:?}"),
         }
         pool.assert_settled();
     });
+    reach
+        .explored(2)
+        .reached_all(&["the establishment was refused by the release"]);
 }
 
 /// The reaper racing a hot acquire of a session idle for exactly the bound at the acquire's
@@ -394,7 +414,7 @@ fn release_racing_establishment() {
 /// (Capacity 2, so a rebuild never meets the old permit not yet dropped.)
 #[test]
 fn reap_racing_touch() {
-    explore("reap_racing_touch", 2, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(2);
         let old = pool.acquire(0, 0).unwrap();
         let reaper = {
@@ -408,15 +428,19 @@ fn reap_racing_touch() {
             // it fresh: it cannot retire a value an acquire just refreshed.
             assert_eq!(reaped, 0);
             assert!(!old.stamp.is_retired());
-            coverage.reached(0);
+            reach.hit("the touch refreshed first, the reaper kept it");
         } else {
             // The reaper retired the old value first; the acquire rebuilt.
             assert_eq!(reaped, 1);
             assert!(old.stamp.is_retired());
-            coverage.reached(1);
+            reach.hit("the reaper retired first, the acquire rebuilt");
         }
         pool.assert_settled();
     });
+    reach.explored(2).reached_all(&[
+        "the touch refreshed first, the reaper kept it",
+        "the reaper retired first, the acquire rebuilt",
+    ]);
 }
 
 /// An acquire whose clock says the session is stale races one whose (earlier) clock says it
@@ -427,7 +451,7 @@ fn reap_racing_touch() {
 /// fresh caller was just handed.
 #[test]
 fn stale_check_racing_fresh_touch() {
-    explore("stale_check_racing_fresh_touch", 2, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(2);
         let old = pool.acquire(0, 0).unwrap();
         let stale = {
@@ -445,23 +469,27 @@ fn stale_check_racing_fresh_touch() {
             assert_eq!(rebuilt, 0);
             if stale_path.found_unusable {
                 // The stale check saw it idle, then lost its retirement to the touch.
-                coverage.reached(0);
+                reach.hit("the stale check lost its retirement to the touch");
             }
         } else {
             assert!(old.stamp.is_retired());
             assert_eq!(old.frees.load(Ordering::SeqCst), 1);
             assert_eq!(rebuilt, 1, "exactly one rebuild counted");
-            coverage.reached(1);
+            reach.hit("the retirement came first, one rebuild");
         }
         pool.assert_settled();
     });
+    reach.explored(2).reached_all(&[
+        "the stale check lost its retirement to the touch",
+        "the retirement came first, one rebuild",
+    ]);
 }
 
 /// Two acquires find the same session stale at once: exactly one of them retires it (frees
 /// it, counts the rebuild), the other sees it retired, and both end with the one new value.
 #[test]
 fn two_stale_checks_retire_once() {
-    explore("two_stale_checks_retire_once", 1, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(2);
         let old = pool.acquire(0, 0).unwrap();
         let other = {
@@ -485,17 +513,20 @@ fn two_stale_checks_retire_once() {
             && my_path.rebuilt != their_path.rebuilt
         {
             // Both found it unusable; one retired it, the other lost the stamp.
-            coverage.reached(0);
+            reach.hit("both found it stale, one retired it");
         }
         pool.assert_settled();
     });
+    reach
+        .explored(2)
+        .reached_all(&["both found it stale, one retired it"]);
 }
 
 /// Two acquires find the same session dead at once (its connection went down): exactly one
 /// retires and frees it, and they share one rebuild.
 #[test]
 fn two_dead_checks_retire_once() {
-    explore("two_dead_checks_retire_once", 1, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(2);
         let old = pool.acquire(0, 0).unwrap();
         old.alive.store(false, Ordering::SeqCst);
@@ -513,17 +544,18 @@ fn two_dead_checks_retire_once() {
             "one rebuild counted"
         );
         if my_path.found_unusable && their_path.found_unusable {
-            coverage.reached(0);
+            reach.hit("both found it dead");
         }
         pool.assert_settled();
     });
+    reach.explored(2).reached_all(&["both found it dead"]);
 }
 
 /// Stop racing an establishment: whatever the order, the new value is freed exactly once
 /// and the caller sees it or `Closed`.
 #[test]
 fn stop_racing_establishment() {
-    explore("stop_racing_establishment", 2, |coverage| {
+    let reach = model(|reach| {
         let pool = Pool::new(1);
         let acquirer = {
             let pool = Arc::clone(&pool);
@@ -534,7 +566,11 @@ fn stop_racing_establishment() {
             (Ok(res), _) => assert!(res.stamp.is_retired(), "stop retired it"),
             (Err(Failure::Closed), path) => {
                 // The leader's install was refused by the close (or it never led).
-                coverage.reached(usize::from(!path.led));
+                reach.hit(if path.led {
+                    "the install of the leader was refused by the stop"
+                } else {
+                    "the stop came before it led"
+                });
             }
             (Err(other), _) => panic!("unexpected {other:?}"),
         }
@@ -542,6 +578,10 @@ fn stop_racing_establishment() {
         pool.assert_each_freed_once();
         assert_eq!(pool.limit().available(), 1);
     });
+    reach.explored(2).reached_all(&[
+        "the install of the leader was refused by the stop",
+        "the stop came before it led",
+    ]);
 }
 
 /// Queues `item`; if the push says so, schedules a drain (a thread here, a starter task in the
@@ -565,7 +605,7 @@ fn push_and_maybe_drain(
 /// by exactly one drain that a push scheduled, and none is left queued with no drain to come.
 #[test]
 fn batch_never_strands_an_item() {
-    explore("batch_never_strands_an_item", 2, |coverage| {
+    let reach = model(|reach| {
         let batch = Arc::new(Batch::new());
         let taken = Arc::new(Mutex::new(Vec::new()));
         let producer = {
@@ -575,7 +615,11 @@ fn batch_never_strands_an_item() {
         let mine = push_and_maybe_drain(&batch, &taken, 1);
         let theirs = producer.join().unwrap();
         // One drain served both pushes, or each push scheduled its own.
-        coverage.reached(usize::from(mine.is_some() && theirs.is_some()));
+        reach.hit(if mine.is_some() && theirs.is_some() {
+            "each push scheduled its own drain"
+        } else {
+            "one drain served both pushes"
+        });
         for drain in [mine, theirs].into_iter().flatten() {
             drain.join().unwrap();
         }
@@ -584,13 +628,17 @@ fn batch_never_strands_an_item() {
         assert_eq!(got, vec![0, 1], "every item taken exactly once");
         assert!(batch.is_empty(), "nothing stranded");
     });
+    reach.explored(2).reached_all(&[
+        "one drain served both pushes",
+        "each push scheduled its own drain",
+    ]);
 }
 
 /// A scheduled starter that never runs (its runtime shut down) gives up its turn: the items it
 /// would have taken stay queued, and the next push schedules a drain that takes them all.
 #[test]
 fn batch_unscheduled_drain_hands_over() {
-    explore("batch_unscheduled_drain_hands_over", 1, |coverage| {
+    let reach = model(|reach| {
         let batch = Arc::new(Batch::new());
         let taken = Arc::new(Mutex::new(Vec::new()));
         let dropped = {
@@ -620,7 +668,7 @@ fn batch_unscheduled_drain_hands_over() {
         }
         if scheduled_and_dropped && !mine_claimed {
             // The dropped drain's item (and mine) waited for the next push's drain.
-            coverage.reached(0);
+            reach.hit("the next push drained what the dropped drain left");
         }
         let mut got = taken.lock().unwrap().clone();
         got.sort_unstable();
@@ -634,4 +682,7 @@ fn batch_unscheduled_drain_hands_over() {
             );
         }
     });
+    reach
+        .explored(2)
+        .reached_all(&["the next push drained what the dropped drain left"]);
 }

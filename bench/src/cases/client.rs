@@ -31,14 +31,12 @@ use crate::fixtures::{
     current_thread, multi_thread, IdChannels, NoopManager, Trivial, TrivialFactory,
 };
 use crate::reference::client::{RefChannelPool, RefClientPool};
-use crate::report::{interleave, Record, Runner, Sample, Settings};
+use crate::report::{interleave, Case, Record, Runner, Sample, Settings};
 
 /// Case name: one task, acquire then drop.
 pub const UNCONTENDED: &str = "client/uncontended";
 /// Case name: 8 tasks on 2 workers.
 pub const TASKS: &str = "client/8-tasks-2-workers";
-/// Every client case, in the order they run.
-pub const CASES: [&str; 2] = [UNCONTENDED, TASKS];
 
 /// Clients in every pool.
 pub const CLIENTS: usize = 16;
@@ -259,12 +257,8 @@ pub async fn checkouts_spread<P: Checkout>(pool: &Arc<P>, tasks: usize, per_task
 // The comparison
 // ---------------------------------------------------------------------------------------------
 
-/// Runs both client cases, every implementation interleaved in one process.
-pub fn compare(settings: &Settings) -> Vec<Record> {
-    let mut records = uncontended(settings);
-    records.extend(tasks(settings));
-    records
-}
+/// The client cases, in the order the comparison runs them.
+pub const CASES: &[Case] = &[(UNCONTENDED, uncontended), (TASKS, tasks)];
 
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();

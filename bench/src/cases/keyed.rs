@@ -27,7 +27,7 @@ use crate::fixtures::{current_thread, floor_acquire_release, multi_thread, Floor
 use crate::reference::keyed::{
     alias, slots_for, Family, RefKeyed, BLOCKING_THREADS, FAMILIES, FAMILY_SLOTS, SHARES,
 };
-use crate::report::{interleave, Record, Runner, Sample, Settings};
+use crate::report::{interleave, Case, Record, Runner, Sample, Settings};
 
 /// Case name: one task, admit then release.
 pub const UNCONTENDED: &str = "keyed/uncontended";
@@ -35,8 +35,6 @@ pub const UNCONTENDED: &str = "keyed/uncontended";
 pub const TASKS: &str = "keyed/8-tasks-2-workers";
 /// Case name: the whole path through `spawn_blocking`.
 pub const SPAWN_BLOCKING: &str = "keyed/spawn-blocking";
-/// Every keyed case, in the order they run.
-pub const CASES: [&str; 3] = [UNCONTENDED, TASKS, SPAWN_BLOCKING];
 
 /// Tasks in the multi-task cases.
 pub const TASK_COUNT: usize = 8;
@@ -241,15 +239,12 @@ pub fn reference_spawn_blocking(rt: &Runtime, reference: &Arc<RefKeyed>, ops: u6
 // The comparison
 // ---------------------------------------------------------------------------------------------
 
-/// Runs every keyed case: slotpool, the reference and (where it means something) the floor,
-/// interleaved, in one process.
-pub fn compare(settings: &Settings) -> Vec<Record> {
-    let mut records = Vec::new();
-    records.extend(uncontended(settings));
-    records.extend(tasks(settings));
-    records.extend(spawn_blocking(settings));
-    records
-}
+/// The keyed cases, in the order the comparison runs them.
+pub const CASES: &[Case] = &[
+    (UNCONTENDED, uncontended),
+    (TASKS, tasks),
+    (SPAWN_BLOCKING, spawn_blocking),
+];
 
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();
@@ -340,8 +335,8 @@ mod tests {
     /// Every case runs at smoke scale and reports slotpool and the reference.
     #[test]
     fn smoke() {
-        let records = compare(&Settings::smoke());
-        for case in CASES {
+        let records = crate::report::run_cases(CASES, &Settings::smoke(), |_| true);
+        for &(case, _) in CASES {
             for name in ["slotpool", "reference"] {
                 assert!(
                     records

@@ -31,7 +31,7 @@ use tokio::runtime::Runtime;
 use crate::cases::client::{self, Bb8, Checkout};
 use crate::cases::stream::{self, Hold};
 use crate::fixtures::{current_thread, multi_thread, NoopManager, Trivial};
-use crate::report::{interleave, split, Record, Runner, Sample, Settings};
+use crate::report::{interleave, split, Case, Record, Runner, Sample, Settings};
 
 /// Case name: one task, get then drop.
 pub const UNCONTENDED: &str = "managed/uncontended";
@@ -39,8 +39,6 @@ pub const UNCONTENDED: &str = "managed/uncontended";
 pub const TASKS: &str = "managed/8-tasks-2-workers";
 /// Case name: 64 tasks for 16 objects.
 pub const SATURATED: &str = "managed/saturated";
-/// Every managed case, in the order they run.
-pub const CASES: [&str; 3] = [UNCONTENDED, TASKS, SATURATED];
 
 /// Objects in every pool (and permits of the semaphore).
 pub const OBJECTS: usize = client::CLIENTS;
@@ -190,25 +188,12 @@ pub fn deadpool(rt: &Runtime) -> Deadpool {
 // The comparison
 // ---------------------------------------------------------------------------------------------
 
-/// Runs every managed case.
-pub fn compare(settings: &Settings) -> Vec<Record> {
-    compare_only(settings, |_| true)
-}
-
-/// Runs the managed cases whose name `want` accepts.
-pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Record> {
-    let mut records = Vec::new();
-    if want(UNCONTENDED) {
-        records.extend(uncontended(settings));
-    }
-    if want(TASKS) {
-        records.extend(tasks(settings));
-    }
-    if want(SATURATED) {
-        records.extend(saturated(settings));
-    }
-    records
-}
+/// The managed cases, in the order the comparison runs them.
+pub const CASES: &[Case] = &[
+    (UNCONTENDED, uncontended),
+    (TASKS, tasks),
+    (SATURATED, saturated),
+];
 
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();

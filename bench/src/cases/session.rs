@@ -28,14 +28,12 @@ use tokio::runtime::Runtime;
 
 use crate::fixtures::{join_all, multi_thread, NoopSessionConnector, NoopStore};
 use crate::reference::session::RefSessionPool;
-use crate::report::{interleave, Record, Runner, Sample, Settings};
+use crate::report::{interleave, Case, Record, Runner, Sample, Settings};
 
 /// Case name: hot re-acquires of live sessions from 8 tasks.
 pub const HOT: &str = "session/hot-acquire-8-tasks";
 /// Case name: acquire → release of fresh sessions.
 pub const CHURN: &str = "session/churn";
-/// Every session case, in the order they run.
-pub const CASES: [&str; 2] = [HOT, CHURN];
 
 /// Active sessions in the hot case (R3's default `pool_size`).
 pub const SESSIONS: usize = 1000;
@@ -248,12 +246,8 @@ pub async fn reference_churn(pool: &Arc<RefSessions>, tasks: usize, ops_per_task
 // The comparison
 // ---------------------------------------------------------------------------------------
 
-/// Runs both session cases for `slotpool` and `reference`, interleaved.
-pub fn compare(settings: &Settings) -> Vec<Record> {
-    let mut records = hot(settings);
-    records.extend(churn(settings));
-    records
-}
+/// The session cases, in the order the comparison runs them.
+pub const CASES: &[Case] = &[(HOT, hot), (CHURN, churn)];
 
 fn hot(settings: &Settings) -> Vec<Record> {
     let rt = runtime();

@@ -33,7 +33,7 @@ use crate::fixtures::{
 };
 use crate::reference::stream::{RefStreamGuard, RefStreamPool};
 use crate::report::{
-    interleave, merge_waits, split, wait_histogram, Record, Runner, Sample, Settings,
+    interleave, merge_waits, split, wait_histogram, Case, Record, Runner, Sample, Settings,
 };
 
 /// Case name: one task, acquire then release.
@@ -46,8 +46,6 @@ pub const TASKS: &str = "stream/8-tasks-2-workers";
 pub const SATURATED: &str = "stream/saturated";
 /// Case name: a request through a stream task and back.
 pub const ROUND_TRIP: &str = "stream/round-trip";
-/// Every stream case, in the order they run.
-pub const CASES: [&str; 5] = [UNCONTENDED, SCAN, TASKS, SATURATED, ROUND_TRIP];
 
 /// Queue depth per stream (all cases but `stream/saturated`).
 pub const DEPTH: usize = 8;
@@ -382,31 +380,14 @@ pub async fn saturated_tasks<P: Hold>(
 // The comparison
 // ---------------------------------------------------------------------------------------------
 
-/// Runs every stream case.
-pub fn compare(settings: &Settings) -> Vec<Record> {
-    compare_only(settings, |_| true)
-}
-
-/// Runs the stream cases whose name `want` accepts.
-pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Record> {
-    let mut records = Vec::new();
-    if want(UNCONTENDED) {
-        records.extend(uncontended(settings));
-    }
-    if want(SCAN) {
-        records.extend(scan(settings));
-    }
-    if want(TASKS) {
-        records.extend(tasks(settings));
-    }
-    if want(SATURATED) {
-        records.extend(saturated(settings));
-    }
-    if want(ROUND_TRIP) {
-        records.extend(round_trip(settings));
-    }
-    records
-}
+/// The stream cases, in the order the comparison runs them.
+pub const CASES: &[Case] = &[
+    (UNCONTENDED, uncontended),
+    (SCAN, scan),
+    (TASKS, tasks),
+    (SATURATED, saturated),
+    (ROUND_TRIP, round_trip),
+];
 
 /// The three implementations of a one-task acquire/release case on `rt`: slotpool's `pool`,
 /// a reference (with its name in the records) and the floor.

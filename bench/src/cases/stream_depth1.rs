@@ -29,7 +29,7 @@ use crate::cases::stream::{
 };
 use crate::fixtures::{current_thread, multi_thread, yield_to_tasks, Floor, NoopConnector};
 use crate::reference::stream_depth1::{RefDepth1Guard, RefDepth1Pool};
-use crate::report::{interleave, split, Record, Settings};
+use crate::report::{interleave, split, Case, Record, Settings};
 
 /// Case name: one task, acquire then release.
 pub const UNCONTENDED: &str = "stream-depth1/uncontended";
@@ -37,8 +37,6 @@ pub const UNCONTENDED: &str = "stream-depth1/uncontended";
 pub const TASKS: &str = "stream-depth1/8-tasks-2-workers";
 /// Case name: 256 streams, the lowest 240 checked out.
 pub const BUSY: &str = "stream-depth1/256-streams-240-busy";
-/// Every depth-1 case, in the order they run.
-pub const CASES: [&str; 3] = [UNCONTENDED, TASKS, BUSY];
 
 /// The implementation name of the depth-1 reference in the records.
 pub const REFERENCE: &str = "reference-depth1";
@@ -135,25 +133,8 @@ pub fn fill_reference(rt: &Runtime, pool: &NoopDepth1Ref) -> Vec<RefDepth1Guard<
 // The comparison
 // ---------------------------------------------------------------------------------------------
 
-/// Runs every depth-1 case.
-pub fn compare(settings: &Settings) -> Vec<Record> {
-    compare_only(settings, |_| true)
-}
-
-/// Runs the depth-1 cases whose name `want` accepts.
-pub fn compare_only(settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Record> {
-    let mut records = Vec::new();
-    if want(UNCONTENDED) {
-        records.extend(uncontended(settings));
-    }
-    if want(TASKS) {
-        records.extend(tasks(settings));
-    }
-    if want(BUSY) {
-        records.extend(busy(settings));
-    }
-    records
-}
+/// The depth-1 stream cases, in the order the comparison runs them.
+pub const CASES: &[Case] = &[(UNCONTENDED, uncontended), (TASKS, tasks), (BUSY, busy)];
 
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();

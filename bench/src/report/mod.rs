@@ -64,6 +64,18 @@ pub struct Record {
 // Reading results
 // ---------------------------------------------------------------------------------------------
 
+/// One case of the comparison: its name and the function that measures it.
+pub type Case = (&'static str, fn(&Settings) -> Vec<Record>);
+
+/// Runs, in order, the `cases` whose name `want` accepts.
+pub fn run_cases(cases: &[Case], settings: &Settings, want: impl Fn(&str) -> bool) -> Vec<Record> {
+    cases
+        .iter()
+        .filter(|(name, _)| want(name))
+        .flat_map(|(_, run)| run(settings))
+        .collect()
+}
+
 /// The record of `impl_name` for `case`, if measured.
 pub fn find<'a>(records: &'a [Record], case: &str, impl_name: &str) -> Option<&'a Record> {
     records

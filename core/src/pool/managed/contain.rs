@@ -45,6 +45,7 @@ impl<F> Contained<F> {
 impl<F: Future> Future for Contained<F> {
     type Output = Result<F::Output, Panic>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: we never move `inner` out of the pinned `self` (it is polled through a
         // pinned reference below and dropped in place), so projecting the pin is sound.

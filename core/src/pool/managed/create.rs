@@ -75,11 +75,7 @@ async fn build<M: Manager>(shared: Arc<Shared<M>>) -> Result<Pooled<M>, PoolErro
             });
         }
     };
-    let stamps = Stamps {
-        created: shared.time.now(),
-        returned: None,
-        recycle_count: 0,
-    };
+    let stamps = Stamps::new(shared.time.now());
     if !shared.hooks.post_create.is_empty() {
         let meta = shared.meta(stamps);
         let hooked = Contained::new(run_hooks(&shared.hooks.post_create, &mut object, &meta)).await;

@@ -135,9 +135,9 @@ mod stats;
 pub(crate) mod time;
 
 use std::fmt;
-use std::future::{poll_fn, Future};
-use std::pin::pin;
-use std::task::Poll;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use builder::{PoolBuilder, Recycle};
@@ -231,8 +231,30 @@ struct Anchor<M: Manager> {
 #[derive(Debug, Clone, Copy)]
 struct Stamps {
     created: u64,
-    returned: Option<u64>,
+    /// The last return, or [`Stamps::NEVER`] (a plain word, not an `Option`: the object moves
+    /// in and out of its cell on every checkout and return, and every word counts).
+    returned: u64,
     recycle_count: u64,
+}
+
+impl Stamps {
+    /// `returned` before the first return (no stamp reaches it: stamps end at
+    /// [`MAX_STAMP`](crate::exclusive::MAX_STAMP)).
+    const NEVER: u64 = u64::MAX;
+
+    /// Stamps of an object created at `created`.
+    fn new(created: u64) -> Self {
+        Stamps {
+            created,
+            returned: Self::NEVER,
+            recycle_count: 0,
+        }
+    }
+
+    /// The last return, if any.
+    fn returned(self) -> Option<u64> {
+        (self.returned != Self::NEVER).then_some(self.returned)
+    }
 }
 
 /// Why an object left the pool (for the counters and the log).
@@ -245,14 +267,15 @@ enum Gone {
     RetainedOut,
 }
 
-/// How handing out an idle object went.
-enum Readied<M: Manager> {
-    /// It is the caller's.
-    Object(Object<M>),
-    /// It was rejected and dropped: try the next.
-    Rejected,
-    /// The `get` fails.
-    Failed(PoolError<M::Error>),
+/// What becomes of an idle object just checked out ([`Shared::recycle_due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// It goes out as it is.
+    No,
+    /// It is recycled first.
+    Yes,
+    /// It is past its lifetime: dropped.
+    Expired,
 }
 
 /// Records the step a `get` is in, for `get_timeout`'s error (an atomic on the caller's
@@ -488,29 +511,37 @@ impl<M: Manager> Shared<M> {
                 }
             };
             match checkout {
-                Checkout::Idle { lease, value } => match self.recycle_due(lease, value) {
-                    None => {}
-                    Some((lease, pooled, false)) => return Ok(Object::new(lease, pooled)),
-                    Some((lease, pooled, true)) => {
-                        track.enter(Step::Recycle);
-                        // Dropped with the caller mid-recycle, the guard drops the object.
-                        let mut held = Recycling {
-                            shared: self,
-                            held: Some((lease, pooled)),
-                        };
-                        let outcome = match held.held.as_mut() {
-                            Some((_, pooled)) => self.recycle_all(pooled).await,
-                            None => Ok(()),
-                        };
-                        if let Some((lease, pooled)) = held.held.take() {
-                            match self.recycled(lease, pooled, outcome) {
-                                Readied::Object(object) => return Ok(object),
-                                Readied::Failed(error) => return Err(error),
-                                Readied::Rejected => {}
-                            }
+                Checkout::Idle { lease, value } => {
+                    match self.recycle_due(value.stamps) {
+                        Due::No => return Ok(Object::new(lease, value)),
+                        Due::Expired => {
+                            self.discard(lease, value, Gone::Expired);
+                            continue;
                         }
+                        Due::Yes => {}
                     }
-                },
+                    track.enter(Step::Recycle);
+                    // Built before the recycle, so the object moves no more; dropped with the
+                    // caller mid-recycle, the guard drops what it holds (not a return).
+                    let mut object = Object::new(lease, value);
+                    let mut guard = Recycling {
+                        shared: self,
+                        object: Some(&mut object),
+                    };
+                    let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
+                        Some(pooled) => self.recycle_all(pooled).await,
+                        None => Ok(()),
+                    };
+                    // Disarmed: the outcome decides.
+                    guard.object = None;
+                    drop(guard);
+                    match self.recycled(&mut object, outcome) {
+                        Ok(()) => return Ok(object),
+                        Err(Some(error)) => return Err(error),
+                        // Rejected and dropped (`object` is empty): try the next.
+                        Err(None) => {}
+                    }
+                }
                 Checkout::Vacant { lease } => {
                     track.enter(Step::Create);
                     return Creating::new(Arc::clone(self), lease).await;
@@ -534,28 +565,35 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Whether an idle object just checked out is recycled before it goes out; one past its
-    /// lifetime is dropped here (`None`). Reads the clock only if the pool's settings need it.
+    /// Whether an idle object just checked out (its stamps) is recycled before it goes out,
+    /// or dropped for its age. Reads the clock only if the pool's settings need it.
     #[inline]
-    fn recycle_due(&self, lease: Lease, pooled: Pooled<M>) -> Option<(Lease, Pooled<M>, bool)> {
+    fn recycle_due(&self, stamps: Stamps) -> Due {
         let config = &self.config;
         if !config.reads_clock {
-            return Some((lease, pooled, config.recycle == Recycle::Always));
+            return if config.recycle == Recycle::Always {
+                Due::Yes
+            } else {
+                Due::No
+            };
         }
         let now = self.time.now();
-        if self.expired(pooled.stamps, now) {
-            self.discard(lease, pooled, Gone::Expired);
-            return None;
+        if self.expired(stamps, now) {
+            return Due::Expired;
         }
         let due = match config.recycle {
             Recycle::Always => true,
             Recycle::Never => false,
             Recycle::IdleLongerThan(idle) => {
-                let since = pooled.stamps.returned.unwrap_or(pooled.stamps.created);
+                let since = stamps.returned().unwrap_or(stamps.created);
                 now.saturating_sub(since) > crate::pool::reap::nanos(idle)
             }
         };
-        Some((lease, pooled, due))
+        if due {
+            Due::Yes
+        } else {
+            Due::No
+        }
     }
 
     /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
@@ -576,29 +614,29 @@ impl<M: Manager> Shared<M> {
         Ok(())
     }
 
-    /// After a recycle: the object goes out, or is dropped (its room given back).
+    /// After a recycle: the object goes out (`Ok`), or it is dropped and its room given back
+    /// (`Err(None)`: rejected, try the next; `Err(Some(..))`: the `get` fails).
     #[inline]
     fn recycled(
         &self,
-        lease: Lease,
-        mut pooled: Pooled<M>,
+        object: &mut Object<M>,
         outcome: Result<(), Option<(Step, Panic)>>,
-    ) -> Readied<M> {
-        match outcome {
+    ) -> Result<(), Option<PoolError<M::Error>>> {
+        let failure = match outcome {
             Ok(()) => {
-                pooled.stamps.recycle_count += 1;
+                if let Some(pooled) = object.pooled_mut() {
+                    pooled.stamps.recycle_count += 1;
+                }
                 self.counters.recycled.incr();
-                Readied::Object(Object::new(lease, pooled))
+                return Ok(());
             }
-            Err(None) => {
-                self.discard(lease, pooled, Gone::Discarded);
-                Readied::Rejected
-            }
-            Err(Some((step, panic))) => {
-                self.discard(lease, pooled, Gone::Discarded);
-                Readied::Failed(PoolError::Panicked { step, panic })
-            }
+            Err(None) => None,
+            Err(Some((step, panic))) => Some(PoolError::Panicked { step, panic }),
+        };
+        if let Some((lease, pooled)) = object.take_held() {
+            self.discard(lease, pooled, Gone::Discarded);
         }
+        Err(failure)
     }
 
     /// Runs [`Manager::recycle`] on an object: the first poll inline, and a timer only for a
@@ -613,7 +651,7 @@ impl<M: Manager> Shared<M> {
         let recycled = match catch(|| self.manager.recycle(object, meta)) {
             Ok(recycle) => {
                 let mut recycle = pin!(Contained::new(recycle));
-                match poll_fn(|cx| Poll::Ready(recycle.as_mut().poll(cx))).await {
+                match FirstPoll(recycle.as_mut()).await {
                     Poll::Ready(done) => done,
                     Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
                         Ok(done) => done,
@@ -671,7 +709,7 @@ impl<M: Manager> Shared<M> {
         Meta::new(
             self.time.base(),
             stamps.created,
-            stamps.returned,
+            stamps.returned(),
             stamps.recycle_count,
         )
     }
@@ -741,7 +779,7 @@ impl<M: Manager> Shared<M> {
             self.discard(lease, pooled, Gone::Expired);
             return;
         }
-        pooled.stamps.returned = Some(stamp);
+        pooled.stamps.returned = stamp;
         match self.slots.check_in(lease, pooled, stamp) {
             CheckIn::Kept => {}
             CheckIn::Surplus(pooled) => self.dispose([pooled], Gone::Surplus),
@@ -820,18 +858,41 @@ impl<M: Manager> Shared<M> {
     }
 }
 
-/// An idle object taken for recycling: dropped (its room given back) if the `get` is
-/// cancelled before the recycle ends.
-struct Recycling<'a, M: Manager> {
-    shared: &'a Shared<M>,
-    held: Option<(Lease, Pooled<M>)>,
+/// Polls a future once and resolves to what the poll said (a hand-written `poll_fn`, so the
+/// first poll of a recycle inlines into the `get`).
+struct FirstPoll<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for FirstPoll<'_, F> {
+    type Output = Poll<F::Output>;
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(self.0.as_mut().poll(cx))
+    }
 }
 
-impl<M: Manager> Drop for Recycling<'_, M> {
+/// An object being recycled: dropped (its room given back) if the `get` is cancelled before
+/// the recycle ends; `object` is `None` once the recycle is over (disarmed).
+struct Recycling<'a, 'o, M: Manager> {
+    shared: &'a Shared<M>,
+    object: Option<&'o mut Object<M>>,
+}
+
+impl<M: Manager> Recycling<'_, '_, M> {
+    #[cold]
+    #[inline(never)]
+    fn cancelled(&self, lease: Lease, pooled: Pooled<M>) {
+        tracing::debug!("get cancelled while recycling; object dropped");
+        self.shared.discard(lease, pooled, Gone::Discarded);
+    }
+}
+
+impl<M: Manager> Drop for Recycling<'_, '_, M> {
+    // Inline: on the common path the guard was disarmed and this is one test.
+    #[inline]
     fn drop(&mut self) {
-        if let Some((lease, pooled)) = self.held.take() {
-            tracing::debug!("get cancelled while recycling; object dropped");
-            self.shared.discard(lease, pooled, Gone::Discarded);
+        if let Some((lease, pooled)) = self.object.take().and_then(Object::take_held) {
+            self.cancelled(lease, pooled);
         }
     }
 }

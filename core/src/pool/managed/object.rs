@@ -15,24 +15,34 @@ use crate::sync::Arc;
 /// dropped if it is past its lifetime or the pool shrank or closed.
 #[must_use = "dropping the object returns it to the pool at once"]
 pub struct Object<M: Manager> {
-    /// The slot. `None` only once returned or taken.
-    lease: Option<Lease>,
-    /// The object. `None` only once returned or taken.
-    pooled: Option<Pooled<M>>,
+    /// The slot and the object (one `Option`: a return takes both with one write). `None`
+    /// only once returned or taken.
+    held: Option<(Lease, Pooled<M>)>,
 }
 
 impl<M: Manager> Object<M> {
     #[inline]
     pub(super) fn new(lease: Lease, pooled: Pooled<M>) -> Self {
         Object {
-            lease: Some(lease),
-            pooled: Some(pooled),
+            held: Some((lease, pooled)),
         }
     }
 
+    /// The object's pool entry while it holds one (during its recycle).
+    #[inline]
+    pub(super) fn pooled_mut(&mut self) -> Option<&mut Pooled<M>> {
+        self.held.as_mut().map(|(_, pooled)| pooled)
+    }
+
+    /// Empties the object without returning it (the pool drops what comes back).
+    #[inline]
+    pub(super) fn take_held(&mut self) -> Option<(Lease, Pooled<M>)> {
+        self.held.take()
+    }
+
     fn pooled(&self) -> &Pooled<M> {
-        match &self.pooled {
-            Some(pooled) => pooled,
+        match &self.held {
+            Some((_, pooled)) => pooled,
             None => unreachable!("an object holds its value until dropped or taken"),
         }
     }
@@ -40,7 +50,7 @@ impl<M: Manager> Object<M> {
     /// Takes the object out of the pool for good: the pool calls [`Manager::detach`], frees
     /// its room (a waiter may create another), and hands it over.
     pub fn take(mut this: Self) -> M::Type {
-        let (Some(lease), Some(pooled)) = (this.lease.take(), this.pooled.take()) else {
+        let Some((lease, pooled)) = this.held.take() else {
             unreachable!("an object holds its value until dropped or taken")
         };
         let Pooled {
@@ -66,7 +76,9 @@ impl<M: Manager> Object<M> {
 
     /// The object's slot (lower slots are reused first; for logs).
     pub fn slot(this: &Self) -> usize {
-        this.lease.as_ref().map_or(usize::MAX, Lease::index)
+        this.held
+            .as_ref()
+            .map_or(usize::MAX, |(lease, _)| lease.index())
     }
 }
 
@@ -82,8 +94,8 @@ impl<M: Manager> Deref for Object<M> {
 impl<M: Manager> DerefMut for Object<M> {
     #[inline]
     fn deref_mut(&mut self) -> &mut M::Type {
-        match &mut self.pooled {
-            Some(pooled) => &mut pooled.object,
+        match &mut self.held {
+            Some((_, pooled)) => &mut pooled.object,
             None => unreachable!("an object holds its value until dropped or taken"),
         }
     }
@@ -104,7 +116,7 @@ impl<M: Manager> AsMut<M::Type> for Object<M> {
 impl<M: Manager> Drop for Object<M> {
     #[inline]
     fn drop(&mut self) {
-        let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) else {
+        let Some((lease, pooled)) = self.held.take() else {
             return;
         };
         // Our own count for the check-in: once the object is back in its cell, a `close` may
@@ -121,7 +133,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Object")
             .field("slot", &Object::slot(self))
-            .field("object", &self.pooled.as_ref().map(|p| &p.object))
+            .field("object", &self.held.as_ref().map(|(_, p)| &p.object))
             .finish()
     }
 }

@@ -41,6 +41,7 @@ impl RecentClock {
     }
 
     /// The stamp of `at`.
+    #[inline]
     pub(crate) fn stamp(&self, at: quanta::Instant) -> u64 {
         nanos(at.saturating_duration_since(self.base)).min(MAX_STAMP)
     }

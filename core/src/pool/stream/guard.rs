@@ -1,0 +1,206 @@
+//! The caller's side of an acquire: the [`Acquire`] future (its place in the wait queue lives
+//! inside it) and the guards it yields, [`StreamGuard`] borrowing the pool and
+//! [`OwnedStreamGuard`] holding it, each good for one request.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::{send_on, RequestError, Shared, StreamConnector, StreamPool};
+use crate::error::AcquireError;
+use crate::gate::WaitState;
+use crate::slots::Reservation;
+use crate::sync::Arc;
+
+/// Future of [`StreamPool::acquire`]. `!Unpin`: its place in the wait queue lives inside it.
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<'a, C: StreamConnector> {
+    pub(super) pool: &'a StreamPool<C>,
+    /// Structurally pinned: never moved out of the future.
+    pub(super) wait: WaitState<'a>,
+    pub(super) waited: bool,
+}
+
+impl<'a, C: StreamConnector> Future for Acquire<'a, C> {
+    type Output = Result<StreamGuard<'a, C>, AcquireError>;
+
+    /// Always inlined, so the uncontended case costs no call wherever the future is awaited.
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `wait` is structurally pinned: `poll_full` re-pins it and nothing moves it.
+        let this = unsafe { self.get_unchecked_mut() };
+        // The uncontended case, inlined and kept apart from the rest so that it needs no
+        // spills: a future that is not queued joins the lowest stream with room (what
+        // `poll_reserve` would try first; a join never claims, so there is nothing to start).
+        // Such a future has not waited: one that returned `Pending` stays queued until a
+        // poll (through `poll_full`) takes its notification, so no wait is counted here.
+        if !this.wait.is_queued() {
+            if let Some(reservation) = this.pool.shared.table.reserve_fast() {
+                debug_assert!(!this.waited, "a future that waited is queued");
+                return Poll::Ready(Ok(this.pool.guard(reservation)));
+            }
+        }
+        this.poll_full(cx)
+    }
+}
+
+impl<'a, C: StreamConnector> Acquire<'a, C> {
+    /// Everything but the uncontended case: the full scan, waiting, handoffs, closing.
+    /// `self` is pinned (it comes from `poll`).
+    #[inline(never)]
+    fn poll_full(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<StreamGuard<'a, C>, AcquireError>> {
+        // SAFETY: `self` is the pinned future (see `poll`); `wait` is structurally pinned.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        match self.pool.shared.table.poll_reserve_slow(wait, cx) {
+            Poll::Ready(Ok(reservation)) => Poll::Ready(self.resolve(reservation)),
+            Poll::Ready(Err(_closed)) => Poll::Ready(Err(AcquireError::Closed)),
+            Poll::Pending => {
+                self.waited = true;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Turns the reservation this future resolved with into its output.
+    #[inline]
+    fn resolve(&self, reservation: Reservation) -> Result<StreamGuard<'a, C>, AcquireError> {
+        let pool = self.pool;
+        if self.waited {
+            pool.shared.counters.waits.incr();
+        }
+        pool.admit(reservation)
+            .map_err(|retry_after| AcquireError::Unavailable { retry_after })
+    }
+}
+
+impl<C: StreamConnector> Drop for Acquire<'_, C> {
+    fn drop(&mut self) {
+        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        self.pool.shared.table.cancel_reserve(wait);
+    }
+}
+
+impl<C: StreamConnector> fmt::Debug for Acquire<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquire").field("wait", &self.wait).finish()
+    }
+}
+
+/// Room for one request on one stream. Send the request with [`StreamGuard::send`]; dropping
+/// the guard unsent gives the room back at once.
+#[must_use = "dropping the guard gives its room back at once"]
+pub struct StreamGuard<'a, C: StreamConnector> {
+    /// The pool's shared state (not the pool handle: one pointer less to follow on release).
+    pub(super) shared: &'a Shared<C>,
+    /// `None` once handed to a driver or released.
+    pub(super) reservation: Option<Reservation>,
+}
+
+impl<C: StreamConnector> StreamGuard<'_, C> {
+    /// The slot index of the stream this guard has room on (lower is older and busier).
+    pub fn stream_index(&self) -> Option<usize> {
+        self.reservation.map(|r| r.index())
+    }
+
+    /// Sends `request` on the guard's stream and waits for its response.
+    ///
+    /// Cancel-safety, by the await the future is dropped at:
+    /// * while waiting for its stream to be published (a claimer's next step, a few spins or
+    ///   yields): the room goes back at once and nothing is sent;
+    /// * while waiting for the response, with the request still queued because its stream is
+    ///   connecting: the request is never sent, and its room goes back as soon as the stream's
+    ///   driver runs (the drop wakes it);
+    /// * while waiting for the response, once the request was sent: the request is **not**
+    ///   cancelled; its room stays taken until the response arrives (or the stream ends), and
+    ///   the response is discarded and counted as late.
+    ///
+    /// Every call is counted in [`StreamStats`](super::StreamStats) as completed, failed or cancelled.
+    ///
+    /// # Errors
+    /// See [`RequestError`]; each variant's [`reach`](RequestError::reach) says whether a retry
+    /// is safe.
+    pub async fn send(
+        mut self,
+        request: C::Request,
+    ) -> Result<C::Response, RequestError<C::Error>> {
+        send_on(self.shared, &mut self.reservation, request).await
+    }
+
+    /// Moves the guard's room into an owned guard on the same pool.
+    pub(super) fn into_owned(mut self, shared: &Arc<Shared<C>>) -> OwnedStreamGuard<C> {
+        OwnedStreamGuard {
+            shared: Arc::clone(shared),
+            reservation: self.reservation.take(),
+        }
+    }
+}
+
+impl<C: StreamConnector> Drop for StreamGuard<'_, C> {
+    #[inline]
+    fn drop(&mut self) {
+        // The guard's unit is its own until it hands it to a driver (and then this is `None`).
+        if let Some(reservation) = self.reservation.take() {
+            self.shared.table.release_held(reservation);
+        }
+    }
+}
+
+impl<C: StreamConnector> fmt::Debug for StreamGuard<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamGuard")
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}
+
+/// [`StreamGuard`] that owns a handle on the pool's shared state instead of borrowing the
+/// pool, so it is `'static` (from [`StreamPool::acquire_owned`]). It does not keep the pool
+/// running: once the pool is dropped, its send fails as not sent.
+#[must_use = "dropping the guard gives its room back at once"]
+pub struct OwnedStreamGuard<C: StreamConnector> {
+    pub(super) shared: Arc<Shared<C>>,
+    /// `None` once handed to a driver or released.
+    pub(super) reservation: Option<Reservation>,
+}
+
+impl<C: StreamConnector> OwnedStreamGuard<C> {
+    /// The slot index of the stream this guard has room on (lower is older and busier).
+    pub fn stream_index(&self) -> Option<usize> {
+        self.reservation.map(|r| r.index())
+    }
+
+    /// Sends `request` on the guard's stream and waits for its response; as
+    /// [`StreamGuard::send`], cancel-safety included.
+    ///
+    /// # Errors
+    /// See [`RequestError`].
+    pub async fn send(
+        mut self,
+        request: C::Request,
+    ) -> Result<C::Response, RequestError<C::Error>> {
+        send_on(&self.shared, &mut self.reservation, request).await
+    }
+}
+
+impl<C: StreamConnector> Drop for OwnedStreamGuard<C> {
+    #[inline]
+    fn drop(&mut self) {
+        // As `StreamGuard`'s: the unit is the guard's own while it has it.
+        if let Some(reservation) = self.reservation.take() {
+            self.shared.table.release_held(reservation);
+        }
+    }
+}
+
+impl<C: StreamConnector> fmt::Debug for OwnedStreamGuard<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedStreamGuard")
+            .field("reservation", &self.reservation)
+            .finish()
+    }
+}
