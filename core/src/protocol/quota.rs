@@ -279,7 +279,18 @@ impl Quota {
     /// core once, not twice (a load, then the CAS).
     #[inline]
     pub fn try_acquire(&self) -> Result<QuotaPermit, TryAcquireError> {
-        let mut seen = self.capacity as u64;
+        self.try_acquire_with(self.capacity)
+    }
+
+    /// [`Quota::try_acquire`] given the quota's capacity by a caller that keeps a copy of it
+    /// beside its pointer to the quota (a route table's slot), so the CAS waits for no load of
+    /// the quota's own fields. The capacity only seeds the CAS's guess of the word: a wrong
+    /// one would cost a failed CAS, never a wrong answer, but it must not be zero (a guess
+    /// with nothing free is refused without a CAS).
+    #[inline]
+    pub(crate) fn try_acquire_with(&self, capacity: usize) -> Result<QuotaPermit, TryAcquireError> {
+        debug_assert_eq!(capacity, self.capacity, "a stale copy of the capacity");
+        let mut seen = capacity as u64;
         loop {
             let word = Word(seen);
             if word.closed() {
