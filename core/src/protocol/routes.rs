@@ -224,11 +224,11 @@ pub enum TableError<K> {
 /// One table of routes: the fixed one (never written once a [`Routes`] holds it) or a
 /// published one (immutable once published; writers publish a modified copy).
 ///
-/// Open addressing with linear probing over a power-of-two array of [`Slot`]s, at most half
+/// Open addressing with linear probing over a power-of-two array of slots, at most half
 /// full, so a registered key is nearly always found in its first slot and an unknown key ends
 /// at a free slot within a few. A slot carries what a lookup compares (the key's hash and, for
 /// a string key, its first and last words) beside the route, so a probe reads one slot and,
-/// for a string key of at most 16 bytes, never the key's own bytes (see [`Probe`]).
+/// for a string key of at most 16 bytes, never the key's own bytes.
 pub struct Table<K, X> {
     /// INVARIANT: a power-of-two number of slots (at least [`MIN_SLOTS`]), at most half of
     /// them used, so every probe sequence reaches a free slot; each key at most once, in the
