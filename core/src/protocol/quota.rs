@@ -279,7 +279,18 @@ impl Quota {
     /// core once, not twice (a load, then the CAS).
     #[inline]
     pub fn try_acquire(&self) -> Result<QuotaPermit, TryAcquireError> {
-        let mut seen = self.capacity as u64;
+        self.try_acquire_with(self.capacity)
+    }
+
+    /// [`Quota::try_acquire`] given the quota's capacity by a caller that keeps a copy of it
+    /// beside its pointer to the quota (a route table's slot), so the CAS waits for no load of
+    /// the quota's own fields. The capacity only seeds the CAS's guess of the word: a wrong
+    /// one would cost a failed CAS, never a wrong answer, but it must not be zero (a guess
+    /// with nothing free is refused without a CAS).
+    #[inline]
+    pub(crate) fn try_acquire_with(&self, capacity: usize) -> Result<QuotaPermit, TryAcquireError> {
+        debug_assert_eq!(capacity, self.capacity, "a stale copy of the capacity");
+        let mut seen = capacity as u64;
         loop {
             let word = Word(seen);
             if word.closed() {
@@ -294,7 +305,7 @@ impl Quota {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Ok(self.permit()),
+                Ok(_) => return Ok(self.permit_with(capacity)),
                 // Another taker or a releaser moved the word: decide again on its value.
                 Err(actual) => seen = actual,
             }
@@ -313,8 +324,15 @@ impl Quota {
 
     /// A permit for a unit this caller has just taken.
     fn permit(&self) -> QuotaPermit {
+        self.permit_with(self.capacity)
+    }
+
+    /// [`Quota::permit`] given the capacity by a caller that has it at hand.
+    #[inline(always)]
+    fn permit_with(&self, capacity: usize) -> QuotaPermit {
         QuotaPermit {
             quota: NonNull::from(self),
+            capacity,
         }
     }
 
@@ -350,12 +368,25 @@ impl Quota {
     /// the quota live until this call's release of it).
     #[inline]
     unsafe fn release(quota: NonNull<Quota>) {
+        // SAFETY: as for this function.
+        let capacity = unsafe { quota.as_ref() }.capacity;
+        // SAFETY: as for this function.
+        unsafe { Self::release_with(quota, capacity) }
+    }
+
+    /// [`Quota::release`] given the quota's capacity (a permit carries it), so the CAS's first
+    /// guess needs no load of the quota's fields.
+    ///
+    /// # Safety
+    /// As [`Quota::release`]; `capacity` is the quota's.
+    #[inline]
+    unsafe fn release_with(quota: NonNull<Quota>, capacity: usize) {
         // SAFETY: the caller holds a permit: the word is not done, so the allocation is live.
         let this = unsafe { quota.as_ref() };
         this.assert_live();
         // Expect this permit to be the only one out (as `try_acquire` expects an idle quota):
         // the common case costs the CAS alone.
-        let mut seen = this.capacity as u64 - FREE_ONE;
+        let mut seen = capacity as u64 - FREE_ONE;
         loop {
             if Word(seen).waiters() != 0 {
                 // SAFETY: as for this function; the permit is still held.
@@ -367,8 +398,11 @@ impl Quota {
                 .compare_exchange_weak(seen, next, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    debug_assert!(Word(next).free() <= this.capacity, "released too many");
-                    if Word(next).done(this.capacity) {
+                    // The CAS was this release's last access to the quota: from here on only
+                    // the copy of its capacity is read (another party may free the quota now,
+                    // unless this CAS left it done).
+                    debug_assert!(Word(next).free() <= capacity, "released too many");
+                    if Word(next).done(capacity) {
                         // SAFETY: this CAS left the word done; nobody else can reach it.
                         unsafe { Self::free(quota, Freer::FastRelease) };
                     }
@@ -469,6 +503,8 @@ impl fmt::Debug for Quota {
 pub struct QuotaPermit {
     /// INVARIANT: a live quota, of which this permit is one out (so it stays live).
     quota: NonNull<Quota>,
+    /// The quota's capacity, the release's first guess of the word (see [`Quota::release`]).
+    capacity: usize,
 }
 
 // SAFETY: a permit is a claim on an atomic count; returning it from any thread is an atomic
@@ -489,7 +525,7 @@ impl Drop for QuotaPermit {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: the permit's invariant; this is its one release.
-        unsafe { Quota::release(self.quota) }
+        unsafe { Quota::release_with(self.quota, self.capacity) }
     }
 }
 

@@ -41,11 +41,16 @@
 //! new one, whole. Existing routes are shared between the copies (`Arc`), so a key keeps its one
 //! quota whichever table a caller read. A run-time alias may name a share of either table.
 //!
-//! Both tables hash keys with [`KeyHasher`], a multiply-rotate hash (FxHash's family) rather
-//! than std's SipHash, which cost more than the rest of a lookup. It is not resistant to chosen
-//! collisions; that is sound here because only the service's own configuration inserts keys. A
-//! request can only *look up* a key, and a lookup of an unknown key is refused without
-//! inserting anything.
+//! Both tables are open-addressed arrays of one cache line per key ([`crate::routes::Table`]).
+//! A string key of at most 16 bytes (`&'static str`, `String`, `Box<str>`) is hashed from its
+//! first and last eight bytes and its length, which are also what a lookup compares: no call
+//! to `memcmp`, no hashing byte by byte. Other keys are hashed with [`KeyHasher`], a
+//! multiply-rotate hash (FxHash's family) rather than std's SipHash, which cost more than the
+//! rest of a lookup. The slot a key is found in also holds its share's quota pointer and
+//! capacity, so the admission's CAS follows the lookup with no load in between. Neither hash
+//! resists chosen collisions; that is sound here because only the service's own configuration
+//! inserts keys. A request can only *look up* a key, and a lookup of an unknown key is refused
+//! without inserting anything.
 //!
 //! # The failure model
 //!
