@@ -34,7 +34,7 @@ use loom::sync::Arc;
 use loom::thread;
 use slotpool::quota::{Freer, Quota, QuotaPermit};
 use slotpool::routes::{First, Routes, Table};
-use slotpool_loom_tests::coverage::explore;
+use slotpool_loom_tests::model;
 
 /// The keyed pool's per-key state stands in as nothing: the models check routing and quotas.
 type Keys = Routes<&'static str, ()>;
@@ -83,7 +83,7 @@ fn quota_of(permit: &QuotaPermit) -> &'static Quota {
 /// same time, and the permit is back afterwards.
 #[test]
 fn share_of_one_admits_one_at_a_time() {
-    explore("share_of_one_admits_one_at_a_time", 1, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let inside = Arc::new(AtomicUsize::new(0));
         let callers: Vec<_> = ["journal", "ledger"]
@@ -102,13 +102,16 @@ fn share_of_one_admits_one_at_a_time() {
             .collect();
         let waited = callers.into_iter().map(join).filter(|&w| w).count();
         if waited > 0 {
-            coverage.reached(0);
+            reach.hit("a caller waited for the share");
         }
         keys.with_route(&"journal", |route| {
             let quota = route.expect("registered").quota();
             assert_eq!((quota.available(), quota.waiting()), (1, 0));
         });
     });
+    reach
+        .explored(2)
+        .reached_all(&["a caller waited for the share"]);
 }
 
 /// A waiter polled once and then dropped (its timeout fired) while the holder releases: the
@@ -117,7 +120,7 @@ fn share_of_one_admits_one_at_a_time() {
 /// leaks.
 #[test]
 fn timed_out_waiter_passes_its_wake_up_on() {
-    explore("timed_out_waiter_passes_its_wake_up_on", 1, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let (held, _) = admit(&keys, "journal");
 
@@ -148,13 +151,16 @@ fn timed_out_waiter_passes_its_wake_up_on() {
         let queued = join(timed_out);
         let waited = join(patient);
         if queued && waited {
-            coverage.reached(0);
+            reach.hit("the timed-out waiter queued and the patient one was woken");
         }
         keys.with_route(&"journal", |route| {
             let quota = route.expect("registered").quota();
             assert_eq!((quota.available(), quota.waiting()), (1, 0));
         });
     });
+    reach
+        .explored(2)
+        .reached_all(&["the timed-out waiter queued and the patient one was woken"]);
 }
 
 /// The permit moves into the blocking closure's thread and is released there when the work
@@ -163,44 +169,43 @@ fn timed_out_waiter_passes_its_wake_up_on() {
 /// wakes it).
 #[test]
 fn permit_moved_into_the_closure_holds_until_the_work_ends() {
-    explore(
-        "permit_moved_into_the_closure_holds_until_the_work_ends",
-        1,
-        |coverage| {
-            let keys = journal(1);
-            let work_done = Arc::new(AtomicBool::new(false));
+    let reach = model(|reach| {
+        let keys = journal(1);
+        let work_done = Arc::new(AtomicBool::new(false));
 
-            let (permit, _) = admit(&keys, "ledger");
-            let blocking = {
-                let work_done = Arc::clone(&work_done);
-                thread::spawn(move || {
-                    let _permit = permit; // moved in: held until the work ends
-                    work_done.store(true, Ordering::SeqCst);
-                })
-            };
-            // The first caller's future is gone; the second call waits on the share.
-            let (second, waited) = admit(&keys, "journal");
-            assert!(
-                work_done.load(Ordering::SeqCst),
-                "admitted while the work still held the slot"
-            );
-            if waited {
-                coverage.reached(0);
-            }
-            drop(second);
-            join(blocking);
-            keys.with_route(&"journal", |route| {
-                assert_eq!(route.expect("registered").quota().available(), 1);
-            });
-        },
-    );
+        let (permit, _) = admit(&keys, "ledger");
+        let blocking = {
+            let work_done = Arc::clone(&work_done);
+            thread::spawn(move || {
+                let _permit = permit; // moved in: held until the work ends
+                work_done.store(true, Ordering::SeqCst);
+            })
+        };
+        // The first caller's future is gone; the second call waits on the share.
+        let (second, waited) = admit(&keys, "journal");
+        assert!(
+            work_done.load(Ordering::SeqCst),
+            "admitted while the work still held the slot"
+        );
+        if waited {
+            reach.hit("an admission waited for the work to end");
+        }
+        drop(second);
+        join(blocking);
+        keys.with_route(&"journal", |route| {
+            assert_eq!(route.expect("registered").quota().available(), 1);
+        });
+    });
+    reach
+        .explored(2)
+        .reached_all(&["an admission waited for the work to end"]);
 }
 
 /// `close` races a parked waiter and a release: the waiter ends (with a permit or with
 /// `Closed`), never sleeps through the close, and the permit count is whole afterwards.
 #[test]
 fn close_races_a_waiter_and_a_release() {
-    explore("close_races_a_waiter_and_a_release", 2, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let (held, _) = admit(&keys, "journal");
         let waiter = {
@@ -218,8 +223,8 @@ fn close_races_a_waiter_and_a_release() {
         keys.close();
         drop(held);
         match join(waiter) {
-            Some(true) => coverage.reached(0),
-            Some(false) => coverage.reached(1),
+            Some(true) => reach.hit("the waiter got the released permit"),
+            Some(false) => reach.hit("the waiter was closed out"),
             None => {}
         }
         assert!(matches!(keys.admit(&"journal", |p, _| p), First::Closed));
@@ -229,6 +234,10 @@ fn close_races_a_waiter_and_a_release() {
             assert_eq!(quota.available(), 1);
         });
     });
+    reach.explored(2).reached_all(&[
+        "the waiter got the released permit",
+        "the waiter was closed out",
+    ]);
 }
 
 /// The registry is dropped while a permit, moved into a blocking closure, is still out: the
@@ -237,7 +246,7 @@ fn close_races_a_waiter_and_a_release() {
 /// the model in the quota's own check).
 #[test]
 fn registry_dropped_while_a_permit_is_out() {
-    explore("registry_dropped_while_a_permit_is_out", 2, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(2);
         let (permit, _) = admit(&keys, "ledger");
         let quota = quota_of(&permit);
@@ -245,11 +254,15 @@ fn registry_dropped_while_a_permit_is_out() {
         drop(keys);
         join(blocking);
         match quota.freed_by() {
-            Some(Freer::Owner) => coverage.reached(0),
-            Some(Freer::FastRelease) => coverage.reached(1),
+            Some(Freer::Owner) => reach.hit("the owner freed the quota"),
+            Some(Freer::FastRelease) => reach.hit("the fast release freed the quota"),
             other => panic!("freed by {other:?}"),
         }
     });
+    reach.explored(2).reached_all(&[
+        "the owner freed the quota",
+        "the fast release freed the quota",
+    ]);
 }
 
 /// The registry is dropped while the last permit's release takes the slow path (a waiter was
@@ -257,7 +270,7 @@ fn registry_dropped_while_a_permit_is_out() {
 /// quota alive until its last access, and exactly one party frees it.
 #[test]
 fn registry_dropped_during_a_slow_release() {
-    explore("registry_dropped_during_a_slow_release", 1, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let (held, _) = admit(&keys, "journal");
         let quota = quota_of(&held);
@@ -270,11 +283,14 @@ fn registry_dropped_during_a_slow_release() {
         drop(keys);
         join(releaser);
         match quota.freed_by() {
-            Some(Freer::SlowRelease) => coverage.reached(0),
+            Some(Freer::SlowRelease) => reach.hit("the slow release freed the quota"),
             Some(_) => {}
             None => panic!("never freed"),
         }
     });
+    reach
+        .explored(2)
+        .reached_all(&["the slow release freed the quota"]);
 }
 
 /// An alias registered at run time while callers admit through it and through its share: a
@@ -282,7 +298,7 @@ fn registry_dropped_during_a_slow_release() {
 /// never a quota of its own, so a share of one never admits two.
 #[test]
 fn alias_registration_racing_admission() {
-    explore("alias_registration_racing_admission", 2, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let inside = Arc::new(AtomicUsize::new(0));
         let registrar = {
@@ -304,16 +320,16 @@ fn alias_registration_racing_admission() {
             })
         };
         match keys.admit(&"append", |permit, _| permit) {
-            First::Unregistered => coverage.reached(0),
+            First::Unregistered => reach.hit("the admission came before the registration"),
             First::Admitted(permit) => {
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "share overshot");
                 inside.fetch_sub(1, Ordering::SeqCst);
                 drop(permit);
-                coverage.reached(1);
+                reach.hit("the admission went through the new alias");
             }
             First::Wait(route) => {
                 let _permit = loom::future::block_on(route.quota().acquire());
-                coverage.reached(1);
+                reach.hit("the admission went through the new alias");
             }
             First::Closed => panic!("nobody closed it"),
         }
@@ -330,6 +346,10 @@ fn alias_registration_racing_admission() {
             First::Admitted(_)
         ));
     });
+    reach.explored(2).reached_all(&[
+        "the admission came before the registration",
+        "the admission went through the new alias",
+    ]);
 }
 
 /// Registers `key` as a share of one, at run time, on a thread of its own.
@@ -346,7 +366,7 @@ fn register_share_on_a_thread(keys: &Arc<Keys>, key: &'static str) -> thread::Jo
 /// share ends closed (no caller is admitted by a quota published after the close).
 #[test]
 fn registration_racing_close() {
-    explore("registration_racing_close", 1, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let registrar = register_share_on_a_thread(&keys, "index");
         keys.close();
@@ -355,9 +375,12 @@ fn registration_racing_close() {
         assert!(matches!(keys.admit(&"index", |p, _| p), First::Closed));
         if !registered_first {
             // The close ran before the registration published: the publication closed it.
-            coverage.reached(0);
+            reach.hit("the close ran before the registration published");
         }
     });
+    reach
+        .explored(2)
+        .reached_all(&["the close ran before the registration published"]);
 }
 
 /// Two registrations at once (a share and an alias of a build-time share): each publication
@@ -365,7 +388,7 @@ fn registration_racing_close() {
 /// share's quota.
 #[test]
 fn concurrent_registrations_both_land() {
-    explore("concurrent_registrations_both_land", 1, |coverage| {
+    let reach = model(|reach| {
         let keys = journal(1);
         let registrar = register_share_on_a_thread(&keys, "index");
         let published = keys
@@ -383,7 +406,10 @@ fn concurrent_registrations_both_land() {
         assert!(matches!(keys.admit(&"append", |p, _| p), First::Wait(_)));
         drop(held);
         if index_first {
-            coverage.reached(0);
+            reach.hit("the index registration landed first");
         }
     });
+    reach
+        .explored(2)
+        .reached_all(&["the index registration landed first"]);
 }
