@@ -628,3 +628,43 @@ fn room_summary_vs_release() {
         "the reserver found no room before the release",
     ]);
 }
+
+/// A release from below full makes sure of the room bit too. Slot 0 is full and its room bit
+/// cleared (a reserver found it full and went on to claim slot 1). One unit goes back through
+/// the checked release, which takes the slot from full and may be preempted between its CAS
+/// and its hint; the other through `release_held`, which finds the slot not full. Right after
+/// the held release, slot 0 has room whatever the other did, so a reservation joins it: it
+/// must not go past it to slot 1 (hidden room, as when only the release from full set the
+/// bit). Reached: the held release came second (slot 0 empty) or first (one unit left).
+#[test]
+fn release_below_full_publishes_room() {
+    let reach = model(|reach| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 2).unwrap());
+        let first = table.try_reserve().unwrap();
+        assert!(table.mark_ready(first.index(), first.generation()));
+        let second = table.try_reserve().unwrap();
+        assert_eq!(second.index(), 0);
+        // Finds slot 0 full (clearing its bit) and claims slot 1, which keeps room.
+        let other = table.try_reserve().unwrap();
+        assert_eq!((other.index(), other.claimed()), (1, true));
+        let releaser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || assert!(table.release(first)))
+        };
+        table.release_held(second);
+        let got = table.try_reserve().unwrap();
+        assert_eq!(got.index(), 0, "room on slot 0 hidden: joined {got:?}");
+        reach.hit(if table.word(0).unwrap().load() == 1 {
+            "the held release came second"
+        } else {
+            "the held release came first"
+        });
+        releaser.join().unwrap();
+        assert!(table.release(got));
+        assert!(table.release(other));
+    });
+    reach.explored(2).reached_all(&[
+        "the held release came second",
+        "the held release came first",
+    ]);
+}

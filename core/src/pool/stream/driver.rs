@@ -558,10 +558,27 @@ impl<C: StreamConnector> Driver<C> {
         let queued = std::mem::take(&mut self.queued);
         for pending in queued
             .into_iter()
-            .chain(std::iter::from_fn(|| self.requests.try_recv().ok()))
+            .chain(std::iter::from_fn(|| next_late(&mut self.requests)))
         {
             self.shared.table.release(pending.reservation);
             let _ = pending.reply.send(Err(refusal.error(Reach::NotSent)));
+        }
+    }
+}
+
+/// After `close`: the next request still to come out of a driver's channel, until it is
+/// disconnected. A send that got in before the close may not have pushed its request yet
+/// (`Empty` while such a send is in progress, not `Disconnected`): it is waited for, or its
+/// request would be left in the channel after the driver is gone, its unit of load never
+/// released (its slot stuck Draining) and its caller, whose send succeeded, waiting for a reply
+/// that never comes. No new send can start once the channel is closed, so this ends as soon as
+/// those in progress have pushed.
+fn next_late<T>(requests: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
+    loop {
+        match requests.try_recv() {
+            Ok(pending) => return Some(pending),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
         }
     }
 }

@@ -49,10 +49,13 @@
 //! moves on), but a clear bit must never hide capacity from a reserver or from a waiter. Two
 //! rules give that:
 //!
-//! 1. Whoever makes a slot gain capacity (a release from `max`, a claim that leaves room, a
-//!    return to Empty) changes the slot word first, then makes sure the bit is set, then
-//!    calls [`Gate::notify_one`], all `SeqCst`. *Making sure* is one load when the bit is
-//!    set already, and an RMW that sets it otherwise.
+//! 1. Whoever makes a slot gain capacity (any release that leaves it with room, a claim that
+//!    leaves room, a return to Empty) changes the slot word first, then makes sure the bit is
+//!    set, then calls [`Gate::notify_one`], all `SeqCst`. *Making sure* is one load when the
+//!    bit is set already, and an RMW that sets it otherwise. A release from below `max` must
+//!    make sure too: the release that took the slot from `max` may still be between its RMW
+//!    and its hint (preempted), and the room both add would stay hidden until it resumes
+//!    (reservers would open streams or report no capacity beside a slot with room).
 //! 2. Whoever clears a bit (a reserver that found the hint stale: the slot full, draining or
 //!    Empty; a drain; a claimer clearing the vacancy it took) re-reads the slot word
 //!    afterwards and, if the slot has capacity after all, sets the bit again and notifies.
@@ -91,8 +94,9 @@
 //! release changes nothing), so it loads the word and CASes it. A caller that holds its unit
 //! for sure (a pool's guard, which keeps its reservation to itself) releases with
 //! [`SlotTable::release_held`] instead: a held unit keeps its slot's incarnation alive, so the
-//! release is one `fetch_sub`, and the old word it returns says what else to do (publish the
-//! room of a slot that was full, retire a Draining slot whose last unit this was).
+//! release is one `fetch_sub`, and the old word it returns says what else to do (make sure
+//! the room of a slot that accepts is published, retire a Draining slot whose last unit this
+//! was).
 //!
 //! # Growth
 //!
@@ -818,9 +822,9 @@ impl<T> SlotTable<T> {
                             reservation.index(),
                             next
                         );
-                        if current.load() == self.max_load {
-                            self.set_base_room_hint(reservation.index());
-                        }
+                        // The slot has room now (it accepts): make sure its bit says so
+                        // (rule 1), whether or not it was full.
+                        self.set_base_room_hint(reservation.index());
                         return true;
                     }
                     // Moved by another caller: recheck against the new word and retry.
@@ -846,8 +850,9 @@ impl<T> SlotTable<T> {
     /// A held unit keeps its slot's incarnation alive (nothing retires a slot with load), so
     /// the generation needs no check, and the common case (first segment, nobody waiting) is
     /// a single `fetch_sub` on the slot word, as the floor's release is, with no load before
-    /// it and no retry. What the old word says then decides the rest, out of line: a slot
-    /// that was full publishes its room (rule 1), and the release that takes a Draining slot
+    /// it and no retry. What the old word says then decides the rest: a slot that accepts
+    /// makes sure its room is published (rule 1: one load of the room word when its bit is
+    /// set; out of line when the slot was full), and the release that takes a Draining slot
     /// to load 0 retires it (Draining with load 0 admits no other transition, so that CAS
     /// cannot fail). With waiters it takes the checked path, which hands the unit over.
     ///
@@ -864,9 +869,14 @@ impl<T> SlotTable<T> {
                     "release_held of a unit not held: {reservation:?}, slot {old:?}"
                 );
                 trace_transition!("slots: held release {} from {:?}", reservation.index(), old);
-                // The common case: the slot had room (not full, not draining); nothing else
-                // to do.
-                if !old.has_room(self.max_load) {
+                if old.has_room(self.max_load) {
+                    // The slot had room and has more now: its bit must be set (rule 1). It
+                    // usually is, and finding it set is one load; but the release that took
+                    // the slot from full may not have set it yet (preempted between its RMW
+                    // and its hint), and without this the room we add stays hidden until it
+                    // does.
+                    self.set_base_room_hint(reservation.index());
+                } else {
                     self.released_held_edge(reservation.index(), old);
                 }
                 return;
@@ -953,8 +963,10 @@ impl<T> SlotTable<T> {
                     trace_transition!("slots: release {} -> {:?}", segment.start + local, next);
                     if next.phase() == Phase::Empty {
                         self.publish_vacancy(segment, local, slot);
-                    } else if current.load() == self.max_load && next.has_room(self.max_load) {
-                        // Full → not full: the room hint was (or is being) cleared (rule 1).
+                    } else if next.has_room(self.max_load) {
+                        // Gained room: make sure the hint shows it (rule 1), also when the
+                        // slot was not full (its bit may still be clear: the release from
+                        // full may not have set it yet).
                         self.set_hint(&segment.room, local);
                     }
                     return true;
