@@ -631,14 +631,36 @@ fn room_summary_vs_release() {
 
 /// A release from below full makes sure of the room bit too. Slot 0 is full and its room bit
 /// cleared (a reserver found it full and went on to claim slot 1). One unit goes back through
-/// the checked release, which takes the slot from full and may be preempted between its CAS
-/// and its hint; the other through `release_held`, which finds the slot not full. Right after
-/// the held release, slot 0 has room whatever the other did, so a reservation joins it: it
-/// must not go past it to slot 1 (hidden room, as when only the release from full set the
-/// bit). Reached: the held release came second (slot 0 empty) or first (one unit left).
+/// one release, which takes the slot from full and may be preempted between its RMW and its
+/// hint; the other through the other release, which finds the slot not full. Right after the
+/// second kind of release, slot 0 has room whatever the other did, so a reservation joins it:
+/// it must not go past it to slot 1 (hidden room, as when only the release from full set the
+/// bit). Reached: the racing release had landed before the reservation, and had not.
 #[test]
 fn release_below_full_publishes_room() {
-    let reach = model(|reach| {
+    below_full_publishes_room(
+        |table, r| assert!(table.release(r)),
+        |table, r| table.release_held(r),
+    );
+}
+
+/// [`release_below_full_publishes_room`] with the roles swapped: the held release may take the
+/// slot from full, and the checked release is the one that may find it below full.
+#[test]
+fn checked_release_below_full_publishes_room() {
+    below_full_publishes_room(
+        |table, r| table.release_held(r),
+        |table, r| assert!(table.release(r)),
+    );
+}
+
+/// Slot 0 full with its bit cleared; `racing` gives one unit back on a thread while `mine`
+/// gives the other back here, then a reservation must join slot 0.
+fn below_full_publishes_room(
+    racing: fn(&SlotTable, slotpool::Reservation),
+    mine: fn(&SlotTable, slotpool::Reservation),
+) {
+    let reach = model(move |reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 2).unwrap());
         let first = table.try_reserve().unwrap();
         assert!(table.mark_ready(first.index(), first.generation()));
@@ -649,22 +671,22 @@ fn release_below_full_publishes_room() {
         assert_eq!((other.index(), other.claimed()), (1, true));
         let releaser = {
             let table = Arc::clone(&table);
-            thread::spawn(move || assert!(table.release(first)))
+            thread::spawn(move || racing(&table, first))
         };
-        table.release_held(second);
+        mine(&table, second);
         let got = table.try_reserve().unwrap();
         assert_eq!(got.index(), 0, "room on slot 0 hidden: joined {got:?}");
         reach.hit(if table.word(0).unwrap().load() == 1 {
-            "the held release came second"
+            "the racing release had not landed"
         } else {
-            "the held release came first"
+            "the racing release had landed"
         });
         releaser.join().unwrap();
         assert!(table.release(got));
         assert!(table.release(other));
     });
     reach.explored(2).reached_all(&[
-        "the held release came second",
-        "the held release came first",
+        "the racing release had not landed",
+        "the racing release had landed",
     ]);
 }
