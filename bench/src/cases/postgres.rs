@@ -8,6 +8,7 @@
 //! | `deadpool-postgres` | deadpool-postgres 0.14 at its defaults (`Manager::new(config, NoTls)`: `RecyclingMethod::Fast`; FIFO reuse), `max_size = 16`, `prepare_cached` |
 //! | `bb8-postgres` | bb8 0.9 with bb8-postgres 0.9 at their defaults (`test_on_check_out`: an empty query on every checkout; FIFO reuse), `max_size = 16`; bb8-postgres has no statement cache, so its manager is wrapped to prepare the statement once when it connects ([`Bb8Prepared`]) |
 //! | `no-pool` | one dedicated connection per task, its statement prepared once: no pool at all, the limit |
+//! | `no-pool-rotating` | at concurrency 1 only: no pool, each query on the next of 16 such connections in turn (what FIFO reuse does at one task, without a pool): tells the pool's cost apart from the effect of which backend answers |
 //!
 //! | case | what it measures |
 //! |---|---|
@@ -289,6 +290,32 @@ impl Select for NoPool {
     }
 }
 
+/// One caller's queries on [`POOL_SIZE`] dedicated connections in turn (the first ones of a
+/// [`NoPool`]): FIFO reuse at concurrency 1, without a pool.
+#[derive(Debug)]
+pub struct Rotating {
+    connections: Arc<NoPool>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Rotating {
+    /// Turns over the first [`POOL_SIZE`] connections of `connections`.
+    pub fn new(connections: Arc<NoPool>) -> Self {
+        Rotating {
+            connections,
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Select for Rotating {
+    async fn select(&self, _: usize) {
+        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let in_use = self.connections.0.len().clamp(1, POOL_SIZE);
+        self.connections.select(turn % in_use).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 // ---------------------------------------------------------------------------------------------
@@ -305,6 +332,8 @@ pub struct Pg {
     pub bb8: Arc<Bb8>,
     /// One connection per task, for the largest concurrency.
     pub no_pool: Arc<NoPool>,
+    /// The first [`POOL_SIZE`] of those in turn, for one caller.
+    pub rotating: Arc<Rotating>,
     /// The callers' runtime ([`WORKERS`] workers); the connections' tasks run on it too.
     pub rt: Runtime,
     /// The server.
@@ -331,11 +360,13 @@ impl Pg {
                 no_pool(&server, max_concurrency()).await,
             )
         });
+        let no_pool = Arc::new(no_pool);
         Ok(Self {
             slotpool: Arc::new(slotpool),
             deadpool: Arc::new(deadpool),
             bb8: Arc::new(bb8),
-            no_pool: Arc::new(no_pool),
+            rotating: Arc::new(Rotating::new(Arc::clone(&no_pool))),
+            no_pool,
             rt,
             server,
         })
@@ -520,11 +551,14 @@ fn case(pg: &Pg, concurrency: usize, settings: &Settings) -> Vec<Record> {
     let per_task = (settings.ops(full_ops(concurrency), 1) / tasks as u64).max(2);
     let ops = per_task * tasks as u64;
     let rt = &pg.rt;
-    let impls: Vec<Runner<'_>> = vec![
+    let mut impls: Vec<Runner<'_>> = vec![
         ("slotpool", runner(rt, &pg.slotpool, tasks)),
         ("deadpool-postgres", runner(rt, &pg.deadpool, tasks)),
         ("bb8-postgres", runner(rt, &pg.bb8, tasks)),
         ("no-pool", runner(rt, &pg.no_pool, tasks)),
     ];
+    if concurrency == 1 {
+        impls.push(("no-pool-rotating", runner(rt, &pg.rotating, tasks)));
+    }
     interleave(&case_name(concurrency), ops, settings, impls)
 }
