@@ -241,6 +241,65 @@ fn retire_vs_reserve_with_stale_release() {
         .reached_all(&["the reservation won", "the reaper won"]);
 }
 
+/// A reservation racing the reaper's retire of a higher slot while a lower slot is Empty with
+/// its vacancy published: between the retiring CAS and the vacancy it publishes, the retired
+/// slot is Empty behind a stale room bit, which a scan meets first. The reservation joins the
+/// retired slot before the reaper's CAS (it had room), or claims the lowest Empty slot, never
+/// the retired one while a lower Empty slot is published (the sequential model's lowest Empty
+/// slot; the linearizability check of the stream pool caught the scan claiming the higher one).
+/// Reached: the join, and the claim of the lower slot after the retire.
+#[test]
+fn retire_vs_reserve_claims_the_lowest_empty_slot() {
+    let reach = model(|reach| {
+        let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 1).unwrap());
+        let held: Vec<_> = (0..3)
+            .map(|_| {
+                let r = table.try_reserve().unwrap();
+                assert!(r.claimed() && table.mark_ready(r.index(), r.generation()));
+                r
+            })
+            .collect();
+        let mut held = held.into_iter();
+        let (zero, one, two) = (
+            held.next().unwrap(),
+            held.next().unwrap(),
+            held.next().unwrap(),
+        );
+        // Slot 0 ends (Empty, vacancy published); slot 1 stays full; slot 2 idle, its room
+        // bit set, noted idle by a first reaper pass.
+        assert_eq!(table.begin_drain(0, zero.generation()), Some(Phase::Ready));
+        assert!(table.release(zero));
+        assert!(table.release(two));
+        table.reap_idle(0, 0, |_, _| panic!("not idle long enough yet"));
+        let reserver = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.try_reserve().unwrap())
+        };
+        let mut retired = Vec::new();
+        table.reap_idle(1, 0, |r, _| retired.push(r.index));
+        let got = reserver.join().unwrap();
+        if got.index() == 2 {
+            reach.hit("joined slot 2 before its retire");
+            assert!(
+                !got.claimed(),
+                "slot 2 claimed while slot 0 was the lowest Empty"
+            );
+            assert!(retired.is_empty());
+        } else {
+            assert_eq!((got.index(), got.claimed()), (0, true));
+            if retired == [2] {
+                reach.hit("claimed slot 0 after the retire");
+            }
+        }
+        assert!(table.release(got));
+        assert!(table.release(one));
+    });
+    reach.explored(2).reached_all(&[
+        "joined slot 2 before its retire",
+        "claimed slot 0 after the retire",
+    ]);
+}
+
 /// Growth racing reservation on a full unbounded table: both reservers get distinct new
 /// slots, the table grows by exactly one segment, and no live slot moved. Reached: each thread
 /// gets the first new slot in some execution.

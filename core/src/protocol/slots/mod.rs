@@ -185,7 +185,7 @@ const MAX_PASSES: usize = 8;
 struct Scan {
     /// A hint was overtaken by another caller's transition during this pass.
     raced: bool,
-    /// A slot seen Empty through a stale room hint: claim it before scanning vacancies.
+    /// A slot seen Empty through a stale room hint: claimed if no vacancy is published.
     empty: Option<usize>,
 }
 
@@ -592,14 +592,6 @@ impl<T> SlotTable<T> {
                 return found;
             }
         }
-        if let Some(index) = scan.empty.take() {
-            let claimed = self
-                .with_segment(index, |segment, local| self.try_claim(segment, local, scan))
-                .flatten();
-            if claimed.is_some() {
-                return claimed;
-            }
-        }
         if let Some(r) = self.claim_in(&self.base, scan, true) {
             return Some(r);
         }
@@ -609,6 +601,17 @@ impl<T> SlotTable<T> {
                 .with(|segments| segments.iter().find_map(|s| self.claim_in(s, scan, true)));
             if found.is_some() {
                 return found;
+            }
+        }
+        // No vacancy published: a slot retired under this scan, whose retirer has not
+        // published its vacancy yet, is still Empty and ours to claim. After the published
+        // ones, so that a lower slot retired earlier is claimed first (lowest Empty slot).
+        if let Some(index) = scan.empty.take() {
+            let claimed = self
+                .with_segment(index, |segment, local| self.try_claim(segment, local, scan))
+                .flatten();
+            if claimed.is_some() {
+                return claimed;
             }
         }
         // Nothing found. A claimer publishes room before it clears the vacancy we may have
