@@ -15,11 +15,16 @@
 //!   dropping a guard unsent: the same;
 //! * a kill (a request the in-process peer answers by failing the stream): the stream drains,
 //!   and the killer's unit goes back;
-//! * a reap at the mock clock's time: the number of streams retired.
+//! * a reap at the mock clock's time: the number of streams retired. A pass is not atomic:
+//!   it visits the slots one at a time, in index order, each with a load and a CAS, while the
+//!   others run. So it is recorded as its steps (a start, one step per slot, an end that
+//!   returns the count), all with the pass's own call and return stamps; the model applies
+//!   them in order, each where the search puts it, and a step may leave its slot as it was if
+//!   another operation changed that slot during the pass (the pass's CAS lost to it).
 //!
 //! A stream's driver marks it ready after it connects, an internal step no operation returns;
-//! the model lets any starting stream have become ready before a reap (the only operation
-//! whose result depends on it). Waits cancelled midway are not part of these histories (a
+//! the model lets a starting stream have become ready before a reaper step on its slot (the
+//! only operation whose result depends on it). Waits cancelled midway are not part of these histories (a
 //! waiter handed a unit and then dropped holds it for a moment no operation shows); the stress
 //! tests and the shuttle tests cover them.
 
@@ -31,6 +36,7 @@ mod lin;
 #[path = "../../fuzz/src/slots_model.rs"]
 mod slots_model;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,15 +62,23 @@ use slots_model::Model;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Acquire,
+    /// `acquire().await`, and whether its first poll was pending (it waited).
+    Acquire {
+        waited: bool,
+    },
     TryAcquire,
     /// A send (answered or failed) or an unsent guard dropped, on this stream.
     Release(usize),
     /// The stream was failed by a request its peer answered with an error.
     Kill(usize),
-    Reap {
+    /// A reaper pass, recorded as its steps, all with the pass's call and return stamps: the
+    /// start, one step per slot in index order, and the end (which returns the count).
+    ReapStart,
+    ReapSlot {
+        index: usize,
         now: u64,
     },
+    ReapEnd,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,11 +89,36 @@ enum Ret {
     Reaped(usize),
 }
 
-/// The stream pool as the slot-table model sees it, with its idle timeout.
+/// The stream pool as the slot-table model sees it, with its idle timeout and the reaper
+/// pass in progress.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Pool {
     model: Model,
     timeout: u64,
+    pass: Option<Pass>,
+    /// The slot of the operation just applied, if it was a release: a release hands its unit
+    /// to the oldest waiter, whatever slot a reservation would pick.
+    released: Option<usize>,
+}
+
+/// A reaper pass between its start and its end.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Pass {
+    /// The slot whose step comes next.
+    next: usize,
+    retired: usize,
+    /// Slots another operation changed since the pass started (a bit each): the pass's CAS on
+    /// such a slot may have failed, and a failed CAS leaves the slot as it is.
+    touched: u64,
+}
+
+impl Pool {
+    /// Notes that an operation changed slot `index` while a pass runs.
+    fn touch(&mut self, index: usize) {
+        if let Some(pass) = &mut self.pass {
+            pass.touched |= 1 << index;
+        }
+    }
 }
 
 impl Spec for Pool {
@@ -88,11 +127,35 @@ impl Spec for Pool {
 
     fn apply(&self, op: &Op, ret: &Ret) -> Vec<Self> {
         let mut next = self.clone();
+        next.released = None;
         match (op, ret) {
-            (Op::Acquire | Op::TryAcquire, Ret::Stream(index)) => match next.model.reserve() {
-                Some((at, _claimed, _)) if at == *index => vec![next],
-                _ => vec![],
-            },
+            (Op::Acquire { .. } | Op::TryAcquire, Ret::Stream(index)) => {
+                let mut states = Vec::new();
+                if let Some((at, _claimed, _)) = next.clone().model.reserve() {
+                    if at == *index {
+                        let mut joined = next.clone();
+                        joined.model.reserve();
+                        joined.touch(at);
+                        states.push(joined);
+                    }
+                }
+                // A waiter handed the unit of the release just before it: that slot, even
+                // with room lower down (a caller that never waited is handed nothing).
+                if matches!(op, Op::Acquire { waited: true }) && self.released == Some(*index) {
+                    let max_load = next.model.max_load;
+                    let slot = &mut next.model.slots[*index];
+                    if matches!(slot.phase, Phase::Starting | Phase::Ready) && slot.load < max_load
+                    {
+                        slot.load += 1;
+                        slot.used = true;
+                        next.touch(*index);
+                        if !states.contains(&next) {
+                            states.push(next);
+                        }
+                    }
+                }
+                states
+            }
             (Op::TryAcquire, Ret::NoCapacity) => {
                 if next.model.next().is_none() {
                     vec![next]
@@ -103,6 +166,8 @@ impl Spec for Pool {
             (Op::Release(index), Ret::Done) => {
                 let generation = next.model.slots[*index].generation;
                 if next.model.release(*index, generation) {
+                    next.touch(*index);
+                    next.released = Some(*index);
                     vec![next]
                 } else {
                     vec![]
@@ -111,31 +176,65 @@ impl Spec for Pool {
             (Op::Kill(index), Ret::Done) => {
                 let generation = next.model.slots[*index].generation;
                 match next.model.drain(*index, generation) {
-                    Some(_) => vec![next],
+                    Some(_) => {
+                        next.touch(*index);
+                        vec![next]
+                    }
                     None => vec![],
                 }
             }
-            (Op::Reap { now }, Ret::Reaped(count)) => {
-                // Any starting stream may have connected (and been marked ready) by now.
-                let starting: Vec<usize> = (0..next.model.slots.len())
-                    .filter(|&i| next.model.slots[i].phase == Phase::Starting)
-                    .collect();
-                let mut states = Vec::new();
-                for subset in 0..1u32 << starting.len() {
-                    let mut candidate = next.clone();
-                    for (bit, &i) in starting.iter().enumerate() {
-                        if subset & (1 << bit) != 0 {
-                            candidate.model.slots[i].phase = Phase::Ready;
-                        }
-                    }
-                    if candidate.model.reap(*now, candidate.timeout).len() == *count
-                        && !states.contains(&candidate)
-                    {
-                        states.push(candidate);
-                    }
+            (Op::ReapStart, Ret::Done) if next.pass.is_none() => {
+                next.pass = Some(Pass {
+                    next: 0,
+                    retired: 0,
+                    touched: 0,
+                });
+                vec![next]
+            }
+            (Op::ReapSlot { index, now }, Ret::Done) => {
+                let Some(pass) = next.pass.clone() else {
+                    return vec![];
+                };
+                if pass.next != *index {
+                    return vec![];
                 }
+                // A starting stream may have connected (and been marked ready) by now: the
+                // step may find it either way.
+                let mut found = vec![next.clone()];
+                if next.model.slots[*index].phase == Phase::Starting {
+                    let mut ready = next.clone();
+                    ready.model.slots[*index].phase = Phase::Ready;
+                    found.push(ready);
+                }
+                let mut states = Vec::new();
+                for mut candidate in found {
+                    let retired = candidate.model.reap_slot(*index, *now, candidate.timeout);
+                    candidate.pass = Some(Pass {
+                        next: index + 1,
+                        retired: pass.retired + usize::from(retired),
+                        ..pass.clone()
+                    });
+                    states.push(candidate);
+                }
+                if pass.touched & (1 << index) != 0 {
+                    // Its CAS lost to that operation: the slot stays as it was.
+                    let mut skipped = next.clone();
+                    skipped.pass = Some(Pass {
+                        next: index + 1,
+                        ..pass
+                    });
+                    states.push(skipped);
+                }
+                states.dedup();
                 states
             }
+            (Op::ReapEnd, Ret::Reaped(count)) => match &next.pass {
+                Some(pass) if pass.next == next.model.slots.len() && pass.retired == *count => {
+                    next.pass = None;
+                    vec![next]
+                }
+                _ => vec![],
+            },
             _ => vec![],
         }
     }
@@ -300,11 +399,18 @@ async fn worker(run: Arc<Run>, thread: usize, seed: u64, ops: usize) -> Log {
                 // Wait only with nothing in hand, so the waits always end.
                 let guard = if rng.random_bool(0.5) {
                     let call = run.recorder.stamp();
-                    let guard = run.pool.acquire().await.expect("pool open");
+                    let mut acquire = std::pin::pin!(run.pool.acquire());
+                    let first =
+                        std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await;
+                    let (acquired, waited) = match first {
+                        Poll::Ready(acquired) => (acquired, false),
+                        Poll::Pending => (acquire.await, true),
+                    };
+                    let guard = acquired.expect("pool open");
                     let done = run.recorder.stamp();
                     log.push(Event {
                         thread,
-                        op: Op::Acquire,
+                        op: Op::Acquire { waited },
                         ret: Ret::Stream(guard.stream_index().expect("a fresh guard")),
                         call,
                         done,
@@ -363,9 +469,21 @@ async fn reaper(run: Arc<Run>, thread: usize, passes: usize) -> Log {
         run.time.increment(IDLE);
         let now = run.clock.now();
         let nanos = u64::try_from(now.duration_since(run.base).as_nanos()).expect("fits");
-        run.record(&mut log, thread, Op::Reap { now: nanos }, || {
-            ((), Ret::Reaped(run.pool.reap(now)))
-        });
+        let call = run.recorder.stamp();
+        let reaped = run.pool.reap(now);
+        let done = run.recorder.stamp();
+        let step = |op, ret| Event {
+            thread,
+            op,
+            ret,
+            call,
+            done,
+        };
+        log.push(step(Op::ReapStart, Ret::Done));
+        log.extend(
+            (0..MAX_STREAMS).map(|index| step(Op::ReapSlot { index, now: nanos }, Ret::Done)),
+        );
+        log.push(step(Op::ReapEnd, Ret::Reaped(reaped)));
         for _ in 0..4 {
             tokio::task::yield_now().await;
         }
@@ -416,6 +534,8 @@ fn initial() -> Pool {
     Pool {
         model: Model::new(MAX_STREAMS, DEPTH as u32, false),
         timeout: u64::try_from(IDLE.as_nanos()).expect("fits"),
+        pass: None,
+        released: None,
     }
 }
 
@@ -429,6 +549,7 @@ async fn stream_pool_histories_are_linearizable() {
     let mut events = 0;
     let mut configurations = 0;
     let mut kills = 0;
+    let mut waited = 0;
     let mut reaped = 0;
     let mut overlapping = 0;
     for seed in 0..RUNS {
@@ -437,6 +558,10 @@ async fn stream_pool_histories_are_linearizable() {
         kills += history
             .iter()
             .filter(|e| matches!(e.op, Op::Kill(_)))
+            .count();
+        waited += history
+            .iter()
+            .filter(|e| matches!(e.op, Op::Acquire { waited: true }))
             .count();
         reaped += history
             .iter()
@@ -450,20 +575,33 @@ async fn stream_pool_histories_are_linearizable() {
                 events += searched.events;
                 configurations += searched.configurations;
             }
-            Err(violation) => panic!(
-                "run {seed}: not linearizable. Linearized {} of {} events, ending in {:?}; \
-                 none of these fits next: {:#?}",
-                violation.longest.len(),
-                history.len(),
-                violation.state,
-                violation.stuck_on
-            ),
+            Err(violation) => {
+                // The neighbourhood of the first event that fits nowhere, in call order.
+                let from = violation.stuck_on.iter().map(|e| e.call).min().unwrap_or(0);
+                let to = violation.stuck_on.iter().map(|e| e.done).max().unwrap_or(0);
+                let mut near: Vec<_> = history
+                    .iter()
+                    .filter(|e| e.done + 40 >= from && e.call <= to)
+                    .collect();
+                near.sort_by_key(|e| e.call);
+                panic!(
+                    "run {seed}: not linearizable. Linearized {} of {} events, ending in {:?}; \
+                     none of these fits next: {:#?}\nevents around them: {:#?}",
+                    violation.longest.len(),
+                    history.len(),
+                    violation.state,
+                    violation.stuck_on,
+                    near
+                )
+            }
         }
     }
     eprintln!(
         "{RUNS} histories, {events} events ({overlapping} concurrent with another), \
-         {configurations} configurations searched, {kills} kills, {reaped} streams reaped"
+         {configurations} configurations searched, {kills} kills, {waited} acquires that \
+         waited, {reaped} streams reaped"
     );
+    assert!(waited > 0, "no acquire waited");
     assert!(kills > 0, "no stream was killed");
     assert!(reaped > 0, "no stream was reaped");
     assert!(

@@ -186,20 +186,29 @@ impl Model {
 
     /// One reaper pass at `now`: the indices retired.
     pub fn reap(&mut self, now: u64, timeout: u64) -> Vec<usize> {
-        let mut retired = Vec::new();
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            if slot.phase != Phase::Ready || slot.load != 0 {
-                continue;
-            }
-            if slot.used {
-                slot.used = false;
-                slot.idle_since = now;
-            } else if now.saturating_sub(slot.idle_since) >= timeout {
-                slot.retire();
-                retired.push(i);
-            }
+        (0..self.slots.len())
+            .filter(|&i| self.reap_slot(i, now, timeout))
+            .collect()
+    }
+
+    /// A reaper pass's step on slot `index` (a pass is one step per slot, in index order):
+    /// an idle Ready slot used since the last pass starts its idle time now; one idle for
+    /// `timeout` is retired (true).
+    pub fn reap_slot(&mut self, index: usize, now: u64, timeout: u64) -> bool {
+        let slot = &mut self.slots[index];
+        if slot.phase != Phase::Ready || slot.load != 0 {
+            return false;
         }
-        retired
+        if slot.used {
+            slot.used = false;
+            slot.idle_since = now;
+            false
+        } else if now.saturating_sub(slot.idle_since) >= timeout {
+            slot.retire();
+            true
+        } else {
+            false
+        }
     }
 }
 
