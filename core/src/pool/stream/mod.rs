@@ -678,9 +678,18 @@ impl<C: StreamConnector> Shared<C> {
         let started = self.now_nanos(self.clock.now());
         let incarnation = Arc::new(Incarnation::new(reservation.generation(), tx, started));
         self.table.with_slot(reservation.index(), |slot| {
-            slot.data()
-                .current
-                .store(Arc::new(Some(Arc::clone(&incarnation))));
+            let current = &slot.data().current;
+            // The slot was Empty, so the incarnation it held before has ended. A reaper that
+            // retired it stops its driver, unless this claim replaced it first (the reaper
+            // then finds another generation here): stop it now, or its driver idles forever.
+            // Only a slot's claimer stores here, so nothing comes between this read and the
+            // store.
+            current.with(|previous| {
+                if let Some(previous) = previous {
+                    previous.request_stop(Stop::REAPED);
+                }
+            });
+            current.store(Arc::new(Some(Arc::clone(&incarnation))));
         });
         self.counters.spin_ups.incr();
         tracing::debug!(slot = reservation.index(), "stream spin-up");
