@@ -22,6 +22,16 @@
 //!   them in order, each where the search puts it, and a step may leave its slot as it was if
 //!   another operation changed that slot during the pass (the pass's CAS lost to it).
 //!
+//! Which Empty slot a claim takes is checked only sequentially (the `slots_ops` fuzz target
+//! and its replay compare the table with the model op by op, the loom model
+//! `retire_vs_reserve_claims_the_lowest_empty_slot` covers a retire racing the scan): here a
+//! claim, made when no live slot has room, may take any Empty slot. A claim is the lowest
+//! vacancy as of the scan's reading of the vacancy bits; a lower slot emptied between that
+//! reading and the claim's CAS is not seen, and no order of the operations explains the
+//! claim once its scan was preempted long enough for others to fill and empty that slot. The
+//! bound (never more than `max_streams` live) and the join order (lowest slot with room) are
+//! checked exactly.
+//!
 //! A stream's driver marks it ready after it connects, an internal step no operation returns;
 //! the model lets a starting stream have become ready before a reaper step on its slot (the
 //! only operation whose result depends on it). Waits cancelled midway are not part of these histories (a
@@ -131,13 +141,27 @@ impl Spec for Pool {
         match (op, ret) {
             (Op::Acquire { .. } | Op::TryAcquire, Ret::Stream(index)) => {
                 let mut states = Vec::new();
-                if let Some((at, _claimed, _)) = next.clone().model.reserve() {
-                    if at == *index {
+                match next.model.next() {
+                    // A join: the lowest slot with room, exactly.
+                    Some((at, false)) if at == *index => {
                         let mut joined = next.clone();
                         joined.model.reserve();
                         joined.touch(at);
                         states.push(joined);
                     }
+                    // A claim (no live slot has room): an Empty slot, the lowest one as of the
+                    // scan's reading of the vacancy bits, which a slot freed lower down after
+                    // that reading does not change (see the module docs).
+                    Some((_, true)) if next.model.slots[*index].phase == Phase::Empty => {
+                        let mut claimed = next.clone();
+                        let slot = &mut claimed.model.slots[*index];
+                        slot.phase = Phase::Starting;
+                        slot.load = 1;
+                        slot.used = true;
+                        claimed.touch(*index);
+                        states.push(claimed);
+                    }
+                    _ => {}
                 }
                 // A waiter handed the unit of the release just before it: that slot, even
                 // with room lower down (a caller that never waited is handed nothing).
