@@ -22,15 +22,12 @@
 //!   them in order, each where the search puts it, and a step may leave its slot as it was if
 //!   another operation changed that slot during the pass (the pass's CAS lost to it).
 //!
-//! Which Empty slot a claim takes is checked only sequentially (the `slots_ops` fuzz target
-//! and its replay compare the table with the model op by op, the loom model
-//! `retire_vs_reserve_claims_the_lowest_empty_slot` covers a retire racing the scan): here a
-//! claim, made when no live slot has room, may take any Empty slot. A claim is the lowest
-//! vacancy as of the scan's reading of the vacancy bits; a lower slot emptied between that
-//! reading and the claim's CAS is not seen, and no order of the operations explains the
-//! claim once its scan was preempted long enough for others to fill and empty that slot. The
-//! bound (never more than `max_streams` live) and the join order (lowest slot with room) are
-//! checked exactly.
+//! A reservation is checked as two steps (see `steps`): the scan's choice (the lowest slot
+//! with room, else the lowest Empty slot, when the choice is made) and the CAS that takes it
+//! (the slot must still have room, or still be Empty, when it is made). A scan reads the
+//! hints at one moment and takes the slot at a later one, perhaps after a preemption during
+//! which other callers filled and emptied the slots below; as one atomic step such a
+//! reservation fits no point of its interval, as two it fits exactly where it happened.
 //!
 //! A stream's driver marks it ready after it connects, an internal step no operation returns;
 //! the model lets a starting stream have become ready before a reaper step on its slot (the
@@ -77,6 +74,15 @@ enum Op {
         waited: bool,
     },
     TryAcquire,
+    /// The two steps a reservation is checked as (see [`steps`]): the scan's choice of a slot,
+    /// and the CAS that takes it.
+    Choose {
+        id: usize,
+        waited: bool,
+    },
+    Take {
+        id: usize,
+    },
     /// A send (answered or failed) or an unsent guard dropped, on this stream.
     Release(usize),
     /// The stream was failed by a request its peer answered with an error.
@@ -109,6 +115,8 @@ struct Pool {
     /// The slot of the operation just applied, if it was a release: a release hands its unit
     /// to the oldest waiter, whatever slot a reservation would pick.
     released: Option<usize>,
+    /// Reservations between their choice and their take: (id, slot, whether a claim), sorted.
+    chosen: Vec<(usize, usize, bool)>,
 }
 
 /// A reaper pass between its start and its end.
@@ -139,46 +147,49 @@ impl Spec for Pool {
         let mut next = self.clone();
         next.released = None;
         match (op, ret) {
-            (Op::Acquire { .. } | Op::TryAcquire, Ret::Stream(index)) => {
-                let mut states = Vec::new();
-                match next.model.next() {
-                    // A join: the lowest slot with room, exactly.
-                    Some((at, false)) if at == *index => {
-                        let mut joined = next.clone();
-                        joined.model.reserve();
-                        joined.touch(at);
-                        states.push(joined);
+            // The scan's choice: the lowest slot with room, or (none has room) the lowest
+            // Empty slot; or, for a caller that waited, the slot of the release just before it
+            // (a release hands its unit to the oldest waiter, whatever slot a scan would pick).
+            (Op::Choose { id, waited }, Ret::Stream(index)) => {
+                let choice = match next.model.next() {
+                    Some((at, claim)) if at == *index => Some(claim),
+                    _ if *waited && self.released == Some(*index) => Some(false),
+                    _ => None,
+                };
+                match choice {
+                    Some(claim) => {
+                        next.chosen.push((*id, *index, claim));
+                        next.chosen.sort_unstable();
+                        vec![next]
                     }
-                    // A claim (no live slot has room): an Empty slot, the lowest one as of the
-                    // scan's reading of the vacancy bits, which a slot freed lower down after
-                    // that reading does not change (see the module docs).
-                    Some((_, true)) if next.model.slots[*index].phase == Phase::Empty => {
-                        let mut claimed = next.clone();
-                        let slot = &mut claimed.model.slots[*index];
-                        slot.phase = Phase::Starting;
-                        slot.load = 1;
-                        slot.used = true;
-                        claimed.touch(*index);
-                        states.push(claimed);
-                    }
-                    _ => {}
+                    None => vec![],
                 }
-                // A waiter handed the unit of the release just before it: that slot, even
-                // with room lower down (a caller that never waited is handed nothing).
-                if matches!(op, Op::Acquire { waited: true }) && self.released == Some(*index) {
-                    let max_load = next.model.max_load;
-                    let slot = &mut next.model.slots[*index];
-                    if matches!(slot.phase, Phase::Starting | Phase::Ready) && slot.load < max_load
+            }
+            // The CAS that takes the chosen slot: a claim while it is still Empty, a join while
+            // it still has room.
+            (Op::Take { id }, Ret::Stream(index)) => {
+                let Some(at) = next.chosen.iter().position(|c| c.0 == *id && c.1 == *index) else {
+                    return vec![];
+                };
+                let (_, _, claim) = next.chosen.remove(at);
+                let max_load = next.model.max_load;
+                let slot = &mut next.model.slots[*index];
+                if claim && slot.phase == Phase::Empty {
+                    slot.phase = Phase::Starting;
+                    slot.load = 1;
+                } else {
+                    // A join, or a claim that lost the slot to another claimer and joins the
+                    // stream it is starting (as the table does when its claim's CAS fails).
+                    if !matches!(slot.phase, Phase::Starting | Phase::Ready)
+                        || slot.load >= max_load
                     {
-                        slot.load += 1;
-                        slot.used = true;
-                        next.touch(*index);
-                        if !states.contains(&next) {
-                            states.push(next);
-                        }
+                        return vec![];
                     }
+                    slot.load += 1;
                 }
-                states
+                slot.used = true;
+                next.touch(*index);
+                vec![next]
             }
             (Op::TryAcquire, Ret::NoCapacity) => {
                 if next.model.next().is_none() {
@@ -554,12 +565,43 @@ async fn record_history(seed: u64, tasks: usize, ops: usize) -> Log {
     history
 }
 
+/// The history as the specification checks it: each reservation that got a stream becomes
+/// its two steps, both with the reservation's own call and return stamps. A scan reads the
+/// hints and picks a slot; the CAS that takes it comes later, after a preemption perhaps, and
+/// other callers may have moved in between (filled a slot below, emptied one). One atomic step
+/// would have to explain both at one point, and a scan preempted long enough fails a run that
+/// did nothing wrong; as two, the choice must be the lowest slot with room (or an Empty slot)
+/// when it was made, and the take must still find room (or Empty) when it is made.
+fn steps(history: &[Event<Pool>]) -> Vec<Event<Pool>> {
+    let mut steps = Vec::with_capacity(history.len() * 2);
+    for (id, event) in history.iter().enumerate() {
+        let waited = match (&event.op, &event.ret) {
+            (Op::Acquire { waited }, Ret::Stream(_)) => *waited,
+            (Op::TryAcquire, Ret::Stream(_)) => false,
+            _ => {
+                steps.push(event.clone());
+                continue;
+            }
+        };
+        steps.push(Event {
+            op: Op::Choose { id, waited },
+            ..event.clone()
+        });
+        steps.push(Event {
+            op: Op::Take { id },
+            ..event.clone()
+        });
+    }
+    steps
+}
+
 fn initial() -> Pool {
     Pool {
         model: Model::new(MAX_STREAMS, DEPTH as u32, false),
         timeout: u64::try_from(IDLE.as_nanos()).expect("fits"),
         pass: None,
         released: None,
+        chosen: Vec::new(),
     }
 }
 
@@ -594,7 +636,7 @@ async fn stream_pool_histories_are_linearizable() {
                 _ => 0,
             })
             .sum::<usize>();
-        match check(initial(), &history, 2_000_000) {
+        match check(initial(), &steps(&history), 2_000_000) {
             Ok(searched) => {
                 events += searched.events;
                 configurations += searched.configurations;
@@ -673,19 +715,19 @@ fn the_checker_rejects_a_second_stream_opened_early() {
         event(Op::TryAcquire, Ret::Stream(0), 2, 3),
         event(Op::TryAcquire, Ret::Stream(1), 4, 5),
     ];
-    assert!(check(initial(), &fine, 1000).is_ok());
+    assert!(check(initial(), &steps(&fine), 1000).is_ok());
     let early = [
         event(Op::TryAcquire, Ret::Stream(0), 0, 1),
         event(Op::TryAcquire, Ret::Stream(1), 2, 3),
     ];
-    assert!(check(initial(), &early, 1000).is_err());
+    assert!(check(initial(), &steps(&early), 1000).is_err());
     // Overlapping, the same results are explained by either order only if one fits: the
     // second stream still cannot open before the first is full.
     let overlapping = [
         event(Op::TryAcquire, Ret::Stream(1), 0, 3),
         event(Op::TryAcquire, Ret::Stream(0), 1, 2),
     ];
-    assert!(check(initial(), &overlapping, 1000).is_err());
+    assert!(check(initial(), &steps(&overlapping), 1000).is_err());
     // A release that overlaps a try lets the try see capacity or not.
     let racing = [
         event(Op::TryAcquire, Ret::Stream(0), 0, 1),
@@ -694,5 +736,21 @@ fn the_checker_rejects_a_second_stream_opened_early() {
         event(Op::Release(1), Ret::Done, 6, 9),
         event(Op::TryAcquire, Ret::Stream(1), 7, 8),
     ];
-    assert!(check(initial(), &racing, 1000).is_ok());
+    assert!(check(initial(), &steps(&racing), 1000).is_ok());
+    // A scan preempted between its choice and its CAS: it chose to claim slot 1 (slot 0 full),
+    // lost it to another claimer and joined that stream at the end, after slot 0 had room
+    // again. No single point of its interval explains Stream(1): where slot 1 is the pick,
+    // counting its unit there from then on overfills slot 1 at 7-8, and from 9 on slot 0 has
+    // room. Its two steps do.
+    let preempted = [
+        event(Op::TryAcquire, Ret::Stream(1), 0, 20),
+        event(Op::TryAcquire, Ret::Stream(0), 1, 2),
+        event(Op::TryAcquire, Ret::Stream(0), 3, 4),
+        event(Op::TryAcquire, Ret::Stream(1), 5, 6),
+        event(Op::TryAcquire, Ret::Stream(1), 7, 8),
+        event(Op::Release(0), Ret::Done, 9, 10),
+        event(Op::Release(1), Ret::Done, 11, 12),
+        event(Op::Release(1), Ret::Done, 13, 14),
+    ];
+    assert!(check(initial(), &steps(&preempted), 1000).is_ok());
 }
