@@ -107,7 +107,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slotpool::managed::{Manager, Meta, Object, Pool, PoolError, RecycleError, RecycleResult};
 
-use lin::{check, Event, Recorder, Spec};
+use lin::{check, concurrent, Event, Recorder, Spec};
 
 // ---------------------------------------------------------------------------------------------
 // The sequential specification
@@ -1134,7 +1134,7 @@ async fn check_runs(runs: u64, resizes: bool) {
     let mut counts = HashMap::<&str, usize>::new();
     for seed in 0..runs {
         let history = record_history(seed, TASKS, OPS, resizes).await;
-        overlapping += concurrent(&history);
+        overlapping += concurrent(history.iter().filter(|e| !e.op.is_step()));
         operations += history.iter().filter(|e| !e.op.is_step()).count();
         for e in &history {
             let kind = match (&e.op, &e.ret) {
@@ -1221,26 +1221,6 @@ fn line(e: &Event<Model>) -> String {
         "{:>6}..{:<6} task {} {:?} -> {:?}\n",
         e.call, e.done, e.thread, e.op, e.ret
     )
-}
-
-/// How many operations overlap at least one other in real time (each counted once: the
-/// first steps of `get`s, reaps and resizes, and the manager's events, are left out).
-fn concurrent(history: &[Event<Model>]) -> usize {
-    let mut events: Vec<&Event<Model>> = history.iter().filter(|e| !e.op.is_step()).collect();
-    events.sort_by_key(|e| e.call);
-    let mut overlapping = vec![false; events.len()];
-    let mut open: Vec<usize> = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        open.retain(|&j| events[j].done > e.call);
-        if !open.is_empty() {
-            overlapping[i] = true;
-            for &j in &open {
-                overlapping[j] = true;
-            }
-        }
-        open.push(i);
-    }
-    overlapping.into_iter().filter(|o| *o).count()
 }
 
 // ---------------------------------------------------------------------------------------------

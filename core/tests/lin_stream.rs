@@ -60,7 +60,7 @@ use slotpool::stream::{
 use slotpool::{Reach, TryAcquireError};
 use tokio::sync::mpsc;
 
-use lin::{check, Event, Recorder, Spec};
+use lin::{check, concurrent, Event, Recorder, Spec};
 use slots_model::Model;
 
 // ---------------------------------------------------------------------------------------------
@@ -674,25 +674,6 @@ async fn stream_pool_histories_are_linearizable() {
         overlapping > events / 10,
         "too few concurrent operations to check anything: {overlapping} of {events}"
     );
-}
-
-/// How many events overlap at least one other in real time.
-fn concurrent(history: &[Event<Pool>]) -> usize {
-    let mut events: Vec<&Event<Pool>> = history.iter().collect();
-    events.sort_by_key(|e| e.call);
-    let mut overlapping = vec![false; events.len()];
-    let mut open: Vec<usize> = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        open.retain(|&j| events[j].done > e.call);
-        if !open.is_empty() {
-            overlapping[i] = true;
-            for &j in &open {
-                overlapping[j] = true;
-            }
-        }
-        open.push(i);
-    }
-    overlapping.into_iter().filter(|o| *o).count()
 }
 
 // ---------------------------------------------------------------------------------------------

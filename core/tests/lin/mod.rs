@@ -163,3 +163,23 @@ fn candidates<S: Spec>(events: &[&Event<S>], set: &[u64]) -> Vec<usize> {
     candidates.retain(|&i| events[i].call <= earliest_return);
     candidates
 }
+
+/// How many of `events` overlap at least one other in real time (for reports, and for tests
+/// that must show they checked concurrent operations at all).
+pub fn concurrent<'a, S: Spec + 'a>(events: impl IntoIterator<Item = &'a Event<S>>) -> usize {
+    let mut events: Vec<&Event<S>> = events.into_iter().collect();
+    events.sort_by_key(|e| e.call);
+    let mut overlapping = vec![false; events.len()];
+    let mut open: Vec<usize> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        open.retain(|&j| events[j].done > e.call);
+        if !open.is_empty() {
+            overlapping[i] = true;
+            for &j in &open {
+                overlapping[j] = true;
+            }
+        }
+        open.push(i);
+    }
+    overlapping.into_iter().filter(|o| *o).count()
+}
