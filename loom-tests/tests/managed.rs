@@ -415,6 +415,42 @@ fn reap_vs_checkout() {
     reach.explored(2).reached_all(&["reaped", "checked out"]);
 }
 
+/// A checkout that loses the lowest idle value to the reaper (the reaper won the idle word and
+/// is about to drain the slot) takes the next idle value: the lost slot stays the lowest with
+/// room until the drain, and a search that met it on every retry would give up, with the
+/// other value idle beside it, if the reaper were preempted before its drain. Here the
+/// checkout must never come back empty-handed: the value in slot 1 is idle throughout.
+/// Reached: the reaper's win followed by the checkout of slot 1's value, and the checkout of
+/// slot 0's value before the reap.
+#[test]
+fn lost_to_the_reaper_takes_the_next_idle_value() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(2, &[7, 9]));
+        let acquirer = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || match slots.try_checkout() {
+                Ok(Checkout::Idle { lease, value }) => {
+                    assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+                    value
+                }
+                other => panic!("slot 1's value was idle throughout, got {other:?}"),
+            })
+        };
+        let reaped = slots.reap_by(|stamps: IdleStamps| stamps.index == 0);
+        let acquired = acquirer.join().unwrap();
+        match (acquired, reaped.as_slice()) {
+            (7, []) => reach.hit("took slot 0's value first"),
+            (9, [(7, 0)]) => reach.hit("took slot 1's value past the reaped slot"),
+            other => panic!("a value was handed out twice or lost: {other:?}"),
+        }
+        assert_settled(&slots);
+    });
+    reach.explored(2).reached_all(&[
+        "took slot 0's value first",
+        "took slot 1's value past the reaped slot",
+    ]);
+}
+
 /// `retain` racing a checkout: `retain` takes each idle value by joining its slot, so the
 /// checkout either gets the value first (retain skips it) or finds it held and builds
 /// nothing extra beyond the bound; a value `retain` drops is retired once.

@@ -498,22 +498,31 @@ impl<T> ExclusiveSlots<T> {
     #[inline]
     fn attempt(&self) -> Option<Checkout<T>> {
         if let Some(reservation) = self.table.reserve_fast() {
-            if let Some(checkout) = self.admit(reservation, true) {
-                return Some(checkout);
+            match self.admit(reservation, true) {
+                Some(checkout) => return Some(checkout),
+                None => return self.attempt_slow(Some(reservation.index())),
             }
         }
-        self.attempt_slow()
+        self.attempt_slow(None)
     }
 
     /// Joins any slot with room, else opens one within the bound. A slot lost to a reaper is
-    /// given back and the table searched again, a bounded number of times.
+    /// given back and the table searched again, a bounded number of times, past that slot:
+    /// until the reaper drains it (its next step, unless it is preempted just there) the slot
+    /// stays the lowest with room, and a search that met it each time would give up with
+    /// other values idle beside it.
     #[inline(never)]
-    fn attempt_slow(&self) -> Option<Checkout<T>> {
+    fn attempt_slow(&self, mut lost: Option<usize>) -> Option<Checkout<T>> {
         for _ in 0..LOST_RETRIES {
-            if let Some(reservation) = self.table.join_only() {
+            let joined = match lost {
+                Some(index) => self.table.join_only_skipping(index),
+                None => self.table.join_only(),
+            };
+            if let Some(reservation) = joined {
                 match self.admit(reservation, true) {
                     Some(checkout) => return Some(checkout),
                     None => {
+                        lost = Some(reservation.index());
                         spin();
                         continue;
                     }
@@ -522,6 +531,15 @@ impl<T> ExclusiveSlots<T> {
             // Nothing idle: a new value, if the bound allows one.
             if !self.take_live() {
                 return None;
+            }
+            // Past a lost slot, an Empty one first: a reservation would join the lost slot.
+            if lost.is_some() {
+                if let Some(reservation) = self.table.try_claim_vacant() {
+                    trace_transition!("exclusive: claim {}", reservation.index());
+                    return Some(Checkout::Vacant {
+                        lease: Lease { reservation },
+                    });
+                }
             }
             match self.table.try_reserve() {
                 Ok(reservation) if reservation.claimed() => {
@@ -536,6 +554,7 @@ impl<T> ExclusiveSlots<T> {
                     if let Some(checkout) = self.admit(reservation, true) {
                         return Some(checkout);
                     }
+                    lost = Some(reservation.index());
                 }
                 Err(_) => {
                     // Closed (an unbounded table never runs out).

@@ -187,6 +187,8 @@ struct Scan {
     raced: bool,
     /// A slot seen Empty through a stale room hint: claimed if no vacancy is published.
     empty: Option<usize>,
+    /// A slot the joins pass over.
+    skip: Option<usize>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,6 +428,28 @@ impl<T> SlotTable<T> {
         None
     }
 
+    /// [`SlotTable::join_only`] past slot `skip`: the lowest other slot with room (for an
+    /// owner that just lost `skip` to its reaper, which is about to drain it). Like the full
+    /// path it repairs the stale hints it meets, but leaves `skip`'s alone.
+    pub(crate) fn join_only_skipping(&self, skip: usize) -> Option<Reservation> {
+        for _ in 0..MAX_PASSES {
+            if self.gate.is_closed() {
+                return None;
+            }
+            let mut scan = Scan {
+                skip: Some(skip),
+                ..Scan::default()
+            };
+            if let Some(reservation) = self.join_anywhere(&mut scan) {
+                return Some(reservation);
+            }
+            if !scan.raced {
+                return None;
+            }
+        }
+        None
+    }
+
     /// Joins slot `index` itself if it has room (one checked CAS), as a reservation there
     /// would: for owners that act on one particular resource (retiring the highest idle
     /// exclusive value first). `None` if it has no room, is not live, or the table is closed;
@@ -649,6 +673,9 @@ impl<T> SlotTable<T> {
                 let bit = candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
                 let local = w * WORD_BITS + bit;
+                if scan.skip == Some(segment.start + local) {
+                    continue;
+                }
                 if let Some(reservation) = self.try_join(segment, local, scan) {
                     return Some(reservation);
                 }
