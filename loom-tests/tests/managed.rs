@@ -275,6 +275,61 @@ fn resize_vs_return() {
         .reached_all(&["surplus", "trimmed on return", "retired by resize"]);
 }
 
+/// A shrink's trim racing a return and a checkout: size 2, value 1 held, value 2 idle, then
+/// `resize(1)`. If the return sheds its own value (the bound asked for one retirement and the
+/// return made it), value 2 was idle before and after, so the checkout cannot be refused. It
+/// was, when the trim took value 2 out before claiming the surplus and put it back once the
+/// return had met the bound: in between the checkout found nothing idle and no room.
+/// Reached: the return shedding its value, and a refusal where one is right (the trim took
+/// value 2 for good while value 1 was still out).
+#[test]
+fn trim_vs_return_keeps_the_idle_value_visible() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(2, &[1, 2]));
+        let (held, one) = take(&slots);
+        let resizer = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || slots.resize(1).unwrap())
+        };
+        let returner = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || match slots.check_in(held, one, 1) {
+                CheckIn::Kept => false,
+                CheckIn::Surplus(value) => {
+                    assert_eq!(value, 1);
+                    true
+                }
+                // It ran the trim pass itself: shed if its own value is among those retired.
+                CheckIn::Trimmed(values) => values.contains(&1),
+            })
+        };
+        let refused = match slots.try_checkout() {
+            Ok(Checkout::Idle { lease, value }) => {
+                if let CheckIn::Surplus(_) = slots.check_in(lease, value, 2) {
+                    reach.hit("shed on the checkout's return");
+                }
+                false
+            }
+            Err(TryAcquireError::NoCapacity) => true,
+            other => panic!("unexpected {other:?}"),
+        };
+        let shed = returner.join().unwrap();
+        let _trimmed = resizer.join().unwrap();
+        if shed {
+            reach.hit("the return shed its value");
+            assert!(!refused, "refused while value 2 was idle before and after");
+        } else if refused {
+            reach.hit("refused while the trim held value 2");
+        }
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 1);
+    });
+    reach.explored(2).reached_all(&[
+        "the return shed its value",
+        "refused while the trim held value 2",
+    ]);
+}
+
 /// `resize(1)` racing a checkout that opens a new slot (the only value is held, the size is
 /// 2): the checkout is refused (it read the new size), or it builds a value that the shrink
 /// retires, either on its way back (`Surplus`) or from idle; never both values stay, never

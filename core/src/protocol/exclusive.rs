@@ -648,6 +648,14 @@ impl<T> ExclusiveSlots<T> {
         }
     }
 
+    /// Gives back a unit taken by [`ExclusiveSlots::claim_surplus`] whose value could not be
+    /// taken after all. The count goes back over the bound; no opener can have used the gap
+    /// (a claim leaves the count at or above the bound, where openers find no room).
+    #[cold]
+    fn unclaim_surplus(&self) {
+        self.bound.live.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Whether more values exist than the bound allows (two loads of one line).
     #[inline]
     fn over_bound(&self) -> bool {
@@ -864,21 +872,22 @@ impl<T> ExclusiveSlots<T> {
         }
         let mut retired = Vec::new();
         for index in self.idle_indices().into_iter().rev() {
-            if !self.over_bound() {
+            // The unit first, then the value: the value stays idle (a checkout may still take
+            // it) until the surplus is ours. Taking the value first and putting it back when a
+            // return met the bound meanwhile left a moment with the value out and no room, in
+            // which a try reported no capacity beside a value that was idle before and after.
+            if !self.claim_surplus() {
+                // The bound is met (a return may have retired its own value).
                 break;
             }
             let Some((lease, value)) = self.take_at(index) else {
+                // Checked out (or gone) since the snapshot: the unit stays with its value.
+                self.unclaim_surplus();
                 continue;
             };
-            if self.claim_surplus() {
-                trace_transition!("exclusive: trimmed {}", index);
-                self.retire_slot(lease);
-                retired.push(value);
-            } else {
-                // The bound was met meanwhile (a return retired its own value).
-                self.restore(lease, value);
-                break;
-            }
+            trace_transition!("exclusive: trimmed {}", index);
+            self.retire_slot(lease);
+            retired.push(value);
         }
         retired
     }
