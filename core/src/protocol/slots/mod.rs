@@ -406,38 +406,27 @@ impl<T> SlotTable<T> {
         if let Some(reservation) = self.reserve_fast() {
             return Some(reservation);
         }
-        self.join_only_slow()
-    }
-
-    #[inline(never)]
-    fn join_only_slow(&self) -> Option<Reservation> {
-        // No back-off between passes: with lazy room bits a pass that only cleared the
-        // stale bits of full slots counts as raced too, and the next pass is then cheap.
-        for _ in 0..MAX_PASSES {
-            if self.gate.is_closed() {
-                return None;
-            }
-            let mut scan = Scan::default();
-            if let Some(reservation) = self.join_anywhere(&mut scan) {
-                return Some(reservation);
-            }
-            if !scan.raced {
-                return None;
-            }
-        }
-        None
+        self.join_scanning(None)
     }
 
     /// [`SlotTable::join_only`] past slot `skip`: the lowest other slot with room (for an
     /// owner that just lost `skip` to its reaper, which is about to drain it). Like the full
     /// path it repairs the stale hints it meets, but leaves `skip`'s alone.
     pub(crate) fn join_only_skipping(&self, skip: usize) -> Option<Reservation> {
+        self.join_scanning(Some(skip))
+    }
+
+    /// The full join-only scan, past `skip` if given. No back-off between passes: with lazy
+    /// room bits a pass that only cleared the stale bits of full slots counts as raced too,
+    /// and the next pass is then cheap.
+    #[inline(never)]
+    fn join_scanning(&self, skip: Option<usize>) -> Option<Reservation> {
         for _ in 0..MAX_PASSES {
             if self.gate.is_closed() {
                 return None;
             }
             let mut scan = Scan {
-                skip: Some(skip),
+                skip,
                 ..Scan::default()
             };
             if let Some(reservation) = self.join_anywhere(&mut scan) {
