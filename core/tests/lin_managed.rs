@@ -867,17 +867,7 @@ impl Run {
     }
 
     fn record<T>(&self, log: &mut Log, thread: usize, op: Op, f: impl FnOnce() -> (T, Ret)) -> T {
-        let call = self.start();
-        let (value, ret) = f();
-        let done = self.recorder.stamp();
-        log.push(Event {
-            thread,
-            op,
-            ret,
-            call,
-            done,
-        });
-        value
+        self.recorder.finish(log, thread, self.start(), op, f)
     }
 
     /// The clock, in whole steps since the pool was built.

@@ -366,17 +366,8 @@ type Log = Vec<Event<Pool>>;
 
 impl Run {
     fn record<T>(&self, log: &mut Log, thread: usize, op: Op, f: impl FnOnce() -> (T, Ret)) -> T {
-        let call = self.recorder.stamp();
-        let (value, ret) = f();
-        let done = self.recorder.stamp();
-        log.push(Event {
-            thread,
-            op,
-            ret,
-            call,
-            done,
-        });
-        value
+        self.recorder
+            .finish(log, thread, self.recorder.stamp(), op, f)
     }
 
     /// Sends on `guard` (a kill if asked and no other kill is in flight) and records the

@@ -65,6 +65,28 @@ impl Recorder {
     pub fn stamp(&self) -> u64 {
         self.clock.fetch_add(1, Ordering::SeqCst)
     }
+
+    /// Runs one operation (`f` does it and says what it returned) and logs it with `call`, a
+    /// stamp taken just before, and a stamp taken once it returned.
+    pub fn finish<S: Spec, T>(
+        &self,
+        log: &mut Vec<Event<S>>,
+        thread: usize,
+        call: u64,
+        op: S::Op,
+        f: impl FnOnce() -> (T, S::Ret),
+    ) -> T {
+        let (value, ret) = f();
+        let done = self.stamp();
+        log.push(Event {
+            thread,
+            op,
+            ret,
+            call,
+            done,
+        });
+        value
+    }
 }
 
 /// A history that no sequence explains, with the longest prefix the search could linearize.
