@@ -22,12 +22,19 @@
 //!   them in order, each where the search puts it, and a step may leave its slot as it was if
 //!   another operation changed that slot during the pass (the pass's CAS lost to it).
 //!
-//! A reservation is checked as two steps (see `steps`): the scan's choice (the lowest slot
-//! with room, else the lowest Empty slot, when the choice is made) and the CAS that takes it
-//! (the slot must still have room, or still be Empty, when it is made). A scan reads the
-//! hints at one moment and takes the slot at a later one, perhaps after a preemption during
-//! which other callers filled and emptied the slots below; as one atomic step such a
-//! reservation fits no point of its interval, as two it fits exactly where it happened.
+//! A reservation is checked as steps (see `steps`): its scan, the scan's choice and the CAS
+//! that takes the slot (the slot must still have room, or still be Empty, when it is made).
+//! A scan reads the hints at one moment and takes the slot at a later one, perhaps after a
+//! preemption during which other callers filled and emptied the slots below; as one atomic
+//! step such a reservation fits no point of its interval, as two it fits exactly where it
+//! happened. Nor is the scan itself one moment: it looks at the slots lowest first, each at its
+//! own moment, and joins the first with room. So a join of slot `k` is checked as a scan that
+//! passed each slot below `k` at a moment it had no room (in order, the model's states
+//! between operations) and found room in `k`; this was refused once the model took the scan
+//! as one moment, in a run where a scan found slot 0 full, then slot 0 and slot 1 were
+//! released in that order, and the scan joined slot 1. A claim happens at a moment with no
+//! room anywhere (a claimer looks for room once more after reading the vacancies), in the
+//! lowest Empty slot; a try that gets nothing passed every slot and found no Empty one.
 //!
 //! A stream's driver marks it ready after it connects, an internal step no operation returns;
 //! the model lets a starting stream have become ready before a reaper step on its slot (the
@@ -74,8 +81,15 @@ enum Op {
         waited: bool,
     },
     TryAcquire,
-    /// The two steps a reservation is checked as (see [`steps`]): the scan's choice of a slot,
-    /// and the CAS that takes it.
+    /// The steps a reservation is checked as (see [`steps`]): its scan starts, the scan
+    /// chooses a slot, and the CAS takes it; or, for a try that got nothing, the scan ends
+    /// empty-handed (`Exhausted`).
+    Scan {
+        id: usize,
+    },
+    Exhausted {
+        id: usize,
+    },
     Choose {
         id: usize,
         waited: bool,
@@ -117,6 +131,9 @@ struct Pool {
     released: Option<usize>,
     /// Reservations between their choice and their take: (id, slot, whether a claim), sorted.
     chosen: Vec<(usize, usize, bool)>,
+    /// Scans under way: (id, the slots the scan's cursor can be at, a bit each; bit
+    /// `slots.len()` means it has passed them all), sorted. See [`Pool::advance_scans`].
+    scans: Vec<(usize, u8)>,
 }
 
 /// A reaper pass between its start and its end.
@@ -131,6 +148,37 @@ struct Pass {
 }
 
 impl Pool {
+    /// Whether slot `index` has room for a join now.
+    fn has_room(&self, index: usize) -> bool {
+        let slot = &self.model.slots[index];
+        matches!(slot.phase, Phase::Starting | Phase::Ready) && slot.load < self.model.max_load
+    }
+
+    /// A scan looks at the slots one at a time, lowest first, each look at its own moment,
+    /// and passes a slot that has no room when it looks; a pass that crossed a change starts
+    /// over from the lowest slot. So a scan can be at slot `c` now if it can have been at
+    /// `c - 1` and that slot had no room at some moment since: each scan's set of possible
+    /// cursors grows, with the model's state after every operation (the states between two
+    /// operations), to its closure. Scans only look, so their sets are independent.
+    fn advance_scans(&mut self) {
+        let passable: Vec<bool> = (0..self.model.slots.len())
+            .map(|i| !self.has_room(i))
+            .collect();
+        for (_, cursors) in &mut self.scans {
+            for (c, &pass) in passable.iter().enumerate() {
+                if pass && *cursors & (1 << c) != 0 {
+                    *cursors |= 1 << (c + 1);
+                }
+            }
+        }
+    }
+
+    /// Ends the scan of reservation `id`: its possible cursors.
+    fn end_scan(&mut self, id: usize) -> Option<u8> {
+        let at = self.scans.iter().position(|s| s.0 == id)?;
+        Some(self.scans.remove(at).1)
+    }
+
     /// Notes that an operation changed slot `index` while a pass runs.
     fn touch(&mut self, index: usize) {
         if let Some(pass) = &mut self.pass {
@@ -144,17 +192,58 @@ impl Spec for Pool {
     type Ret = Ret;
 
     fn apply(&self, op: &Op, ret: &Ret) -> Vec<Self> {
+        let mut states = self.step(op, ret);
+        for state in &mut states {
+            state.advance_scans();
+        }
+        states
+    }
+}
+
+impl Pool {
+    /// `op` returning `ret` (the scans under way advance afterwards, in [`Spec::apply`]).
+    fn step(&self, op: &Op, ret: &Ret) -> Vec<Self> {
         let mut next = self.clone();
         next.released = None;
         match (op, ret) {
+            (Op::Scan { id }, _) => {
+                // From the lowest slot; a pass that starts over later is the same set.
+                next.scans.push((*id, 1));
+                next.scans.sort_unstable();
+                vec![next]
+            }
+            (Op::Exhausted { id }, Ret::NoCapacity) => {
+                // Every slot passed (none had room when looked at), and no Empty slot to
+                // claim now (the vacancy word is read at one moment).
+                let passed_all = next
+                    .end_scan(*id)
+                    .is_some_and(|cursors| cursors & (1 << next.model.slots.len()) != 0);
+                let empty = next.model.slots.iter().any(|s| s.phase == Phase::Empty);
+                if passed_all && !empty {
+                    vec![next]
+                } else {
+                    vec![]
+                }
+            }
             // The scan's choice: the lowest slot with room, or (none has room) the lowest
             // Empty slot; or, for a caller that waited, the slot of the release just before it
             // (a release hands its unit to the oldest waiter, whatever slot a scan would pick).
             (Op::Choose { id, waited }, Ret::Stream(index)) => {
-                let choice = match next.model.next() {
-                    Some((at, claim)) if at == *index => Some(claim),
-                    _ if *waited && self.released == Some(*index) => Some(false),
-                    _ => None,
+                let Some(cursors) = next.end_scan(*id) else {
+                    return vec![];
+                };
+                let choice = if cursors & (1 << index) != 0 && next.has_room(*index) {
+                    // Its scan reached this slot (passing the lower ones) and found room.
+                    Some(false)
+                } else if next.model.next() == Some((*index, true)) {
+                    // No room anywhere: the lowest Empty slot. (A claimer looks for room once
+                    // more after it reads the vacancies, and joins any it finds, so a claim
+                    // happens at a moment with no room at all.)
+                    Some(true)
+                } else if *waited && self.released == Some(*index) {
+                    Some(false)
+                } else {
+                    None
                 };
                 match choice {
                     Some(claim) => {
@@ -190,13 +279,6 @@ impl Spec for Pool {
                 slot.used = true;
                 next.touch(*index);
                 vec![next]
-            }
-            (Op::TryAcquire, Ret::NoCapacity) => {
-                if next.model.next().is_none() {
-                    vec![next]
-                } else {
-                    vec![]
-                }
             }
             (Op::Release(index), Ret::Done) => {
                 let generation = next.model.slots[*index].generation;
@@ -564,16 +646,26 @@ async fn record_history(seed: u64, tasks: usize, ops: usize) -> Log {
 /// did nothing wrong; as two, the choice must be the lowest slot with room (or an Empty slot)
 /// when it was made, and the take must still find room (or Empty) when it is made.
 fn steps(history: &[Event<Pool>]) -> Vec<Event<Pool>> {
-    let mut steps = Vec::with_capacity(history.len() * 2);
+    let mut steps = Vec::with_capacity(history.len() * 3);
     for (id, event) in history.iter().enumerate() {
+        let step = |op| Event {
+            op,
+            ..event.clone()
+        };
         let waited = match (&event.op, &event.ret) {
             (Op::Acquire { waited }, Ret::Stream(_)) => *waited,
             (Op::TryAcquire, Ret::Stream(_)) => false,
+            (Op::TryAcquire, Ret::NoCapacity) => {
+                steps.push(step(Op::Scan { id }));
+                steps.push(step(Op::Exhausted { id }));
+                continue;
+            }
             _ => {
                 steps.push(event.clone());
                 continue;
             }
         };
+        steps.push(step(Op::Scan { id }));
         steps.push(Event {
             op: Op::Choose { id, waited },
             ..event.clone()
@@ -593,6 +685,7 @@ fn initial() -> Pool {
         pass: None,
         released: None,
         chosen: Vec::new(),
+        scans: Vec::new(),
     }
 }
 

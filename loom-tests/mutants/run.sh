@@ -25,6 +25,9 @@
 #   shuttle:FILE[:FILTER]        shuttle test file loom-tests/tests/FILE.rs (--cfg slotpool_shuttle)
 #   test:PKG:FILE[:FILTER]       cargo test -p PKG --test FILE (e.g. test:slotpool:stream)
 #   lib:PKG[:FILTER]             cargo test -p PKG --lib
+#   lin:FILE[:FILTER]            a recorded linearizability check, core/tests/FILE.rs, optimised
+#                                (cargo test --profile lin -p slotpool --test FILE, ignored
+#                                tests included)
 #   fuzz:TARGET                  replays fuzz/corpus/TARGET through the cargo-fuzz target (needs
 #                                cargo-fuzz; test:slotpool:slots_fuzz_replay replays the same
 #                                corpus without it)
@@ -66,6 +69,10 @@ run_check() { # $1 = check; runs in $tree; returns the command's status (124 = t
       pkg=${rest%%:*}; rest=${rest#*:}; file=${rest%%:*}; filt=""; [ "$rest" != "$file" ] && filt=${rest#*:}
       (cd "$tree" && timeout "$limit" cargo test -q -p "$pkg" --all-features \
         --target-dir "$work/target-test" --test "$file" -- $filt) ;;
+    lin)
+      file=${rest%%:*}; filt=""; [ "$rest" != "$file" ] && filt=${rest#*:}
+      (cd "$tree" && timeout "$limit" cargo test -q --profile lin -p slotpool \
+        --target-dir "$work/target-test" --test "$file" -- --include-ignored $filt) ;;
     lib)
       pkg=${rest%%:*}; filt=""; [ "$rest" != "$pkg" ] && filt=${rest#*:}
       (cd "$tree" && timeout "$limit" cargo test -q -p "$pkg" --all-features \
