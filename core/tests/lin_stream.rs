@@ -131,9 +131,19 @@ struct Pool {
     released: Option<usize>,
     /// Reservations between their choice and their take: (id, slot, whether a claim), sorted.
     chosen: Vec<(usize, usize, bool)>,
-    /// Scans under way: (id, the slots the scan's cursor can be at, a bit each; bit
-    /// `slots.len()` means it has passed them all), sorted. See [`Pool::advance_scans`].
-    scans: Vec<(usize, u8)>,
+    /// Scans under way, sorted by id. See [`Pool::advance_scans`].
+    scans: Vec<ScanState>,
+}
+
+/// A reservation's scan under way.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct ScanState {
+    id: usize,
+    /// The slots its cursor can be at, a bit each; bit `slots.len()`: it passed them all.
+    cursors: u8,
+    /// The slots it can have looked at while they had no room (whose room bits it may be
+    /// clearing: see [`Pool::advance_scans`]).
+    met_full: u8,
 }
 
 /// A reaper pass between its start and its end.
@@ -159,24 +169,51 @@ impl Pool {
     /// over from the lowest slot. So a scan can be at slot `c` now if it can have been at
     /// `c - 1` and that slot had no room at some moment since: each scan's set of possible
     /// cursors grows, with the model's state after every operation (the states between two
-    /// operations), to its closure. Scans only look, so their sets are independent.
+    /// operations), to its closure.
+    ///
+    /// A scan looks at a slot through its room bit, and the bit can be clear while the slot
+    /// has room: a scan that met the slot full clears the bit and then rechecks the slot and
+    /// sets the bit again (rule 2 of the slot table), and a release in between (which sets
+    /// the bit before that clear) leaves the room hidden until the recheck. The clearer is a
+    /// scan still under way. So a scan may also pass a slot that another scan under way can
+    /// have met full. (Seen in a recorded run: a try joined slot 2 beside room in slot 0,
+    /// while a slower try that had met slot 0 full was still scanning.)
     fn advance_scans(&mut self) {
-        let passable: Vec<bool> = (0..self.model.slots.len())
-            .map(|i| !self.has_room(i))
-            .collect();
-        for (_, cursors) in &mut self.scans {
-            for (c, &pass) in passable.iter().enumerate() {
-                if pass && *cursors & (1 << c) != 0 {
-                    *cursors |= 1 << (c + 1);
+        let slots = self.model.slots.len();
+        let no_room: Vec<bool> = (0..slots).map(|i| !self.has_room(i)).collect();
+        loop {
+            let before = self.scans.clone();
+            for scan in &mut self.scans {
+                for (c, &full) in no_room.iter().enumerate() {
+                    if full && scan.cursors & (1 << c) != 0 {
+                        scan.met_full |= 1 << c;
+                    }
                 }
+            }
+            for i in 0..self.scans.len() {
+                let hidden = self
+                    .scans
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .fold(0, |bits, (_, other)| bits | other.met_full);
+                let scan = &mut self.scans[i];
+                for (c, &full) in no_room.iter().enumerate() {
+                    if (full || hidden & (1 << c) != 0) && scan.cursors & (1 << c) != 0 {
+                        scan.cursors |= 1 << (c + 1);
+                    }
+                }
+            }
+            if self.scans == before {
+                return;
             }
         }
     }
 
     /// Ends the scan of reservation `id`: its possible cursors.
     fn end_scan(&mut self, id: usize) -> Option<u8> {
-        let at = self.scans.iter().position(|s| s.0 == id)?;
-        Some(self.scans.remove(at).1)
+        let at = self.scans.iter().position(|s| s.id == id)?;
+        Some(self.scans.remove(at).cursors)
     }
 
     /// Notes that an operation changed slot `index` while a pass runs.
@@ -208,7 +245,11 @@ impl Pool {
         match (op, ret) {
             (Op::Scan { id }, _) => {
                 // From the lowest slot; a pass that starts over later is the same set.
-                next.scans.push((*id, 1));
+                next.scans.push(ScanState {
+                    id: *id,
+                    cursors: 1,
+                    met_full: 0,
+                });
                 next.scans.sort_unstable();
                 vec![next]
             }
