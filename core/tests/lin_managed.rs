@@ -82,16 +82,19 @@
 //! start where the `get` did. The manager's creations and recycles let the other tasks run
 //! until one of them starts an operation, so the histories overlap.
 //!
-//! Running them: the recorded tests search hard histories, which takes minutes in a debug
-//! build, so they are `#[ignore]`d there and run optimised, with the crate's debug assertions
-//! on: `cargo test --profile lin -p slotpool --test lin_managed -- --include-ignored` (CI
-//! runs them so, several rounds; `LIN_DUMP=FILE` writes a refused history out). The refusals
-//! seen while this check was built were the model's until the last: it took a take, a discard
-//! and a reap to free the slot and the unit at one moment, where the pool retires the slot
-//! first and gives the unit back after it (a preempted taker leaves the slot reusable and
-//! the unit counted); the pool's own faults it found (a shrink's trim that hid an idle
-//! object, a checkout that gave up on a slot lost to the reaper) are fixed, each with a loom
-//! model.
+//! Running them: `cargo test --profile lin -p slotpool --test lin_managed --
+//! --include-ignored` (optimised, with the crate's debug assertions on; `LIN_DUMP=FILE` writes
+//! a refused history out). The refusals seen while this check was built were mostly the
+//! model's: it took a take, a discard and a reap to free the slot and the unit at one moment,
+//! where the pool retires the slot first and gives the unit back after it (a preempted taker
+//! leaves the slot reusable and the unit counted). The pool's own faults it found (a shrink's
+//! trim that hid an idle object, a checkout that gave up on a slot lost to the reaper) are
+//! fixed, each with a loom model. Status: the recorded tests stay `#[ignore]`d, out of CI,
+//! because about one run in forty (300 histories each) still refuses a history: the last one
+//! seen, with resizes, had an object returned while the pool was over its size and three
+//! `get`s waiting, one of them for 280 stamps, and no order of the reap counts around it fits.
+//! Whether the model (how a return over the size meets waiting `get`s) or the pool is wrong
+//! there is open.
 //!
 //! Not covered here: cancelled `get`s, failing or panicking managers and hooks, timeouts,
 //! `max_lifetime`, `min_idle` (the background task tops it up unseen), `retain` and `close`
@@ -1097,14 +1100,14 @@ async fn record_history(seed: u64, tasks: usize, ops: usize, resizes: bool) -> L
 /// Real multi-threaded runs of a pool of four objects, six workers and a chaos task that
 /// reaps, each: every recorded history is linearizable with respect to the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "heavy in a debug build: run with --profile lin (module docs)"]
+#[ignore = "about one run in forty refuses a history (module docs): run with --profile lin"]
 async fn managed_pool_histories_are_linearizable() {
     check_runs(150, false).await;
 }
 
 /// The same with a chaos task that resizes the pool (between 2 and 4) as well as reaping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "heavy in a debug build: run with --profile lin (module docs)"]
+#[ignore = "about one run in forty refuses a history (module docs): run with --profile lin"]
 async fn managed_pool_histories_with_resizes_are_linearizable() {
     check_runs(150, true).await;
 }
