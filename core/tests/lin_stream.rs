@@ -276,10 +276,17 @@ impl Pool {
                 let choice = if cursors & (1 << index) != 0 && next.has_room(*index) {
                     // Its scan reached this slot (passing the lower ones) and found room.
                     Some(false)
-                } else if next.model.next() == Some((*index, true)) {
-                    // No room anywhere: the lowest Empty slot. (A claimer looks for room once
-                    // more after it reads the vacancies, and joins any it finds, so a claim
-                    // happens at a moment with no room at all.)
+                } else if next.model.next() == Some((*index, true))
+                    || (cursors & (1 << next.model.slots.len()) != 0
+                        && next.model.slots[*index].phase == Phase::Empty
+                        && next.model.slots[*index].generation > 0)
+                {
+                    // A claim: with no room anywhere, the lowest Empty slot (a claimer looks
+                    // for room once more after it reads the vacancies); or, after a scan that
+                    // passed every slot, a slot it met Empty through a stale room bit (a slot
+                    // retired under it, whose vacancy may not be published yet; a slot never
+                    // used has no room bit to be stale), which it claims without looking for
+                    // room again.
                     Some(true)
                 } else if *waited && self.released == Some(*index) {
                     Some(false)
