@@ -32,9 +32,12 @@
 //! passed each slot below `k` at a moment it had no room (in order, the model's states
 //! between operations) and found room in `k`; this was refused once the model took the scan
 //! as one moment, in a run where a scan found slot 0 full, then slot 0 and slot 1 were
-//! released in that order, and the scan joined slot 1. A claim happens at a moment with no
-//! room anywhere (a claimer looks for room once more after reading the vacancies), in the
-//! lowest Empty slot; a try that gets nothing passed every slot and found no Empty one.
+//! released in that order, and the scan joined slot 1. A scan may also pass a slot whose room
+//! bit another scan under way is clearing (see `Pool::advance_scans`). A claim happens at a
+//! moment with no room anywhere (a claimer looks for room once more after reading the
+//! vacancies), in the lowest Empty slot, or, after a scan that passed every slot, in a slot it
+//! met Empty through a stale room bit; a try that gets nothing passed every slot and found no
+//! Empty one.
 //!
 //! A stream's driver marks it ready after it connects, an internal step no operation returns;
 //! the model lets a starting stream have become ready before a reaper step on its slot (the
@@ -158,12 +161,6 @@ struct Pass {
 }
 
 impl Pool {
-    /// Whether slot `index` has room for a join now.
-    fn has_room(&self, index: usize) -> bool {
-        let slot = &self.model.slots[index];
-        matches!(slot.phase, Phase::Starting | Phase::Ready) && slot.load < self.model.max_load
-    }
-
     /// A scan looks at the slots one at a time, lowest first, each look at its own moment,
     /// and passes a slot that has no room when it looks; a pass that crossed a change starts
     /// over from the lowest slot. So a scan can be at slot `c` now if it can have been at
@@ -180,7 +177,7 @@ impl Pool {
     /// while a slower try that had met slot 0 full was still scanning.)
     fn advance_scans(&mut self) {
         let slots = self.model.slots.len();
-        let no_room: Vec<bool> = (0..slots).map(|i| !self.has_room(i)).collect();
+        let no_room: Vec<bool> = (0..slots).map(|i| !self.model.has_room(i)).collect();
         loop {
             let before = self.scans.clone();
             for scan in &mut self.scans {
@@ -266,14 +263,14 @@ impl Pool {
                     vec![]
                 }
             }
-            // The scan's choice: the lowest slot with room, or (none has room) the lowest
-            // Empty slot; or, for a caller that waited, the slot of the release just before it
-            // (a release hands its unit to the oldest waiter, whatever slot a scan would pick).
+            // The scan's choice: a slot with room its scan reached, or a claim (below); or, for
+            // a caller that waited, the slot of the release just before it (a release hands
+            // its unit to the oldest waiter, whatever slot a scan would pick).
             (Op::Choose { id, waited }, Ret::Stream(index)) => {
                 let Some(cursors) = next.end_scan(*id) else {
                     return vec![];
                 };
-                let choice = if cursors & (1 << index) != 0 && next.has_room(*index) {
+                let choice = if cursors & (1 << index) != 0 && next.model.has_room(*index) {
                     // Its scan reached this slot (passing the lower ones) and found room.
                     Some(false)
                 } else if next.model.next() == Some((*index, true))
@@ -309,7 +306,7 @@ impl Pool {
                     return vec![];
                 };
                 let (_, _, claim) = next.chosen.remove(at);
-                let max_load = next.model.max_load;
+                let joins = next.model.has_room(*index);
                 let slot = &mut next.model.slots[*index];
                 if claim && slot.phase == Phase::Empty {
                     slot.phase = Phase::Starting;
@@ -317,9 +314,7 @@ impl Pool {
                 } else {
                     // A join, or a claim that lost the slot to another claimer and joins the
                     // stream it is starting (as the table does when its claim's CAS fails).
-                    if !matches!(slot.phase, Phase::Starting | Phase::Ready)
-                        || slot.load >= max_load
-                    {
+                    if !joins {
                         return vec![];
                     }
                     slot.load += 1;
