@@ -157,7 +157,7 @@ use time::RecentClock;
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
 use crate::panic::{catch, report, Panic};
-use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering};
 
 /// The managed object pool. See the [module documentation](self).
 ///
@@ -213,26 +213,61 @@ struct Config {
     reads_clock: bool,
 }
 
-/// What a slot holds: the object, what the pool knows of it, and its anchor.
+/// What a slot holds: the object and its anchor (two words for a small object: a checkout
+/// and a return move them in and out of the cell, and through the `get` future).
 struct Pooled<M: Manager> {
     object: M::Type,
-    stamps: Stamps,
-    /// The object's own reference to the pool's state: moves with the object, so a checkout
-    /// writes no shared count (see the module docs, "The protocol").
+    /// The object's own reference to the pool's state and what the pool knows of the object:
+    /// moves with the object, so a checkout writes no shared count (see the module docs, "The
+    /// protocol").
     anchor: Arc<CachePadded<Anchor<M>>>,
 }
 
-/// One per object: what keeps the pool's state alive while the object is out.
-struct Anchor<M: Manager> {
-    shared: Arc<Shared<M>>,
+impl<M: Manager> Pooled<M> {
+    /// A new object's entry, created at `created` (a stamp).
+    fn new(object: M::Type, shared: Arc<Shared<M>>, created: u64) -> Self {
+        Pooled {
+            object,
+            anchor: Arc::new(CachePadded::new(Anchor {
+                shared,
+                created,
+                returned: AtomicU64::new(Stamps::NEVER),
+                recycle_count: AtomicU64::new(0),
+            })),
+        }
+    }
+
+    /// What the pool knows of the object now.
+    #[inline]
+    fn stamps(&self) -> Stamps {
+        let anchor = &self.anchor;
+        Stamps {
+            created: anchor.created,
+            returned: anchor.returned.load(Ordering::Relaxed),
+            recycle_count: anchor.recycle_count.load(Ordering::Relaxed),
+        }
+    }
 }
 
-/// [`Meta`] as stamps (nanoseconds on the pool's clock).
+/// One per object: what keeps the pool's state alive while the object is out, and the
+/// object's stamps (here rather than beside the object, so they stay put while the object
+/// moves). The stamps are written only by the object's holder: relaxed loads and stores
+/// (plain moves), ordered between holders by the slot's CAS that hands the object over.
+struct Anchor<M: Manager> {
+    shared: Arc<Shared<M>>,
+    /// See [`Stamps`].
+    created: u64,
+    returned: AtomicU64,
+    recycle_count: AtomicU64,
+}
+
+/// [`Meta`] as stamps (nanoseconds on the pool's clock): a snapshot of an object's
+/// [`Anchor`].
 #[derive(Debug, Clone, Copy)]
 struct Stamps {
     created: u64,
-    /// The last return, or [`Stamps::NEVER`] (a plain word, not an `Option`: the object moves
-    /// in and out of its cell on every checkout and return, and every word counts).
+    /// The last return, or [`Stamps::NEVER`] (a plain word, not an `Option`: one atomic in
+    /// the anchor).
     returned: u64,
     recycle_count: u64,
 }
@@ -241,15 +276,6 @@ impl Stamps {
     /// `returned` before the first return (no stamp reaches it: stamps end at
     /// [`MAX_STAMP`](crate::exclusive::MAX_STAMP)).
     const NEVER: u64 = u64::MAX;
-
-    /// Stamps of an object created at `created`.
-    fn new(created: u64) -> Self {
-        Stamps {
-            created,
-            returned: Self::NEVER,
-            recycle_count: 0,
-        }
-    }
 
     /// The last return, if any.
     fn returned(self) -> Option<u64> {
@@ -376,7 +402,7 @@ impl<M: Manager> Pool<M> {
         let mut kept = 0;
         let mut panics = 0;
         let removed = shared.slots.retain(|pooled| {
-            let meta = shared.meta(pooled.stamps);
+            let meta = shared.meta(pooled.stamps());
             match catch(|| keep(&pooled.object, meta)) {
                 Ok(true) => {
                     kept += 1;
@@ -512,7 +538,7 @@ impl<M: Manager> Shared<M> {
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
-                    match self.recycle_due(value.stamps) {
+                    match self.recycle_due(value.stamps()) {
                         Due::No => return Ok(Object::new(lease, value)),
                         Due::Expired => {
                             self.discard(lease, value, Gone::Expired);
@@ -600,7 +626,7 @@ impl<M: Manager> Shared<M> {
     /// (logged); `Err(Some(..))`: user code panicked (logged).
     #[inline]
     async fn recycle_all(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
-        let meta = self.meta(pooled.stamps);
+        let meta = self.meta(pooled.stamps());
         let object = &mut pooled.object;
         if !self.hooks.pre_recycle.is_empty() {
             self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
@@ -625,7 +651,8 @@ impl<M: Manager> Shared<M> {
         let failure = match outcome {
             Ok(()) => {
                 if let Some(pooled) = object.pooled_mut() {
-                    pooled.stamps.recycle_count += 1;
+                    let count = &pooled.anchor.recycle_count;
+                    count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 }
                 self.counters.recycled.incr();
                 return Ok(());
@@ -772,14 +799,19 @@ impl<M: Manager> Shared<M> {
     /// Takes an object back from its holder: into its slot idle (or to the oldest waiter),
     /// or dropped if it is past its lifetime or the pool is over its size or closed.
     #[inline]
-    fn check_in(&self, lease: Lease, mut pooled: Pooled<M>) {
+    fn check_in(&self, lease: Lease, pooled: Pooled<M>) {
+        let anchor = &pooled.anchor;
         // Not before its creation (which read the clock): the recent time may lag behind.
-        let stamp = self.time.recent().max(pooled.stamps.created);
-        if self.config.max_lifetime.is_some() && self.expired(pooled.stamps, stamp) {
+        let stamp = self.time.recent().max(anchor.created);
+        if self
+            .config
+            .max_lifetime
+            .is_some_and(|lifetime| stamp.saturating_sub(anchor.created) >= lifetime)
+        {
             self.discard(lease, pooled, Gone::Expired);
             return;
         }
-        pooled.stamps.returned = stamp;
+        anchor.returned.store(stamp, Ordering::Relaxed);
         match self.slots.check_in(lease, pooled, stamp) {
             CheckIn::Kept => {}
             CheckIn::Surplus(pooled) => self.dispose([pooled], Gone::Surplus),
@@ -807,7 +839,7 @@ impl<M: Manager> Shared<M> {
         let (aged, idle): (Vec<_>, Vec<_>) = reaped
             .into_iter()
             .map(|(pooled, _)| pooled)
-            .partition(|pooled| self.expired(pooled.stamps, now));
+            .partition(|pooled| self.expired(pooled.stamps(), now));
         self.dispose(aged, Gone::Expired);
         self.dispose(idle, Gone::Reaped);
         count
