@@ -304,16 +304,25 @@ enum Due {
     Expired,
 }
 
-/// Records the step a `get` is in, for `get_timeout`'s error (an atomic on the caller's
-/// stack, so the `get` future stays `Send`).
+/// How a `get` waits for another caller's object, and whether it records its step.
 #[derive(Clone, Copy)]
-struct Track<'a>(Option<&'a AtomicUsize>);
+enum Mode<'a> {
+    /// [`Pool::get`]: waits up to the pool's `wait_timeout`.
+    Wait,
+    /// [`Pool::try_get`]: never waits.
+    NoWait,
+    /// [`Pool::get_timeout`]: waits (the caller's deadline bounds it) and records the step it
+    /// is in for the timeout's error (an atomic on the caller's stack, so the `get` future
+    /// stays `Send`).
+    Tracked(&'a AtomicUsize),
+}
 
-impl Track<'_> {
+impl Mode<'_> {
     const STEPS: [Step; 3] = [Step::Wait, Step::Create, Step::Recycle];
 
+    #[inline]
     fn enter(self, step: Step) {
-        if let Some(cell) = self.0 {
+        if let Mode::Tracked(cell) = self {
             let index = Self::STEPS.iter().position(|&s| s == step).unwrap_or(0);
             cell.store(index, Ordering::Relaxed);
         }
@@ -343,8 +352,7 @@ impl<M: Manager> Pool<M> {
     /// See [`PoolError`]: `Closed`, a `Timeout` (the pool's `wait_timeout` or
     /// `create_timeout`), `Create`, `PostCreateHook`, `Panicked`.
     pub fn get(&self) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
-        let shared = self.shared();
-        shared.get(shared.config.wait_timeout, true, Track(None))
+        self.shared().get(Mode::Wait)
     }
 
     /// Like [`Pool::get`] but never waits for another caller: an idle object, or a new one if
@@ -356,7 +364,7 @@ impl<M: Manager> Pool<M> {
     pub fn try_get(
         &self,
     ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
-        self.shared().get(None, false, Track(None))
+        self.shared().get(Mode::NoWait)
     }
 
     /// [`Pool::get`] with a deadline `timeout` from now over all its steps (instead of the
@@ -367,11 +375,11 @@ impl<M: Manager> Pool<M> {
     /// [`PoolError::Timeout`] with the step, otherwise as [`Pool::get`].
     pub async fn get_timeout(&self, timeout: Duration) -> Result<Object<M>, PoolError<M::Error>> {
         let step = AtomicUsize::new(0);
-        let get = self.shared().get(None, true, Track(Some(&step)));
+        let get = self.shared().get(Mode::Tracked(&step));
         match within(Some(timeout), get).await {
             Ok(result) => result,
             Err(after) => Err(PoolError::Timeout {
-                step: Track::step(&step),
+                step: Mode::step(&step),
                 after,
             }),
         }
@@ -519,22 +527,12 @@ pub struct Retained {
 
 impl<M: Manager> Shared<M> {
     /// The whole `get`: a plain try first (the common case never builds the wait), then
-    /// waiting (unless `wait` is false), then readying the object.
-    async fn get(
-        self: &Arc<Self>,
-        wait_timeout: Option<Duration>,
-        wait: bool,
-        track: Track<'_>,
-    ) -> Result<Object<M>, PoolError<M::Error>> {
+    /// waiting (unless the mode says not to), then readying the object.
+    async fn get(self: &Arc<Self>, mode: Mode<'_>) -> Result<Object<M>, PoolError<M::Error>> {
         loop {
             let checkout = match self.slots.try_checkout() {
                 Ok(checkout) => checkout,
-                Err(TryAcquireError::Closed) => return Err(PoolError::Closed),
-                Err(_) if !wait => return Err(PoolError::NoCapacity),
-                Err(_) => {
-                    track.enter(Step::Wait);
-                    self.wait(wait_timeout).await?
-                }
+                Err(error) => self.wait(error, mode).await?,
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
@@ -546,7 +544,7 @@ impl<M: Manager> Shared<M> {
                         }
                         Due::Yes => {}
                     }
-                    track.enter(Step::Recycle);
+                    mode.enter(Step::Recycle);
                     // Built before the recycle, so the object moves no more; dropped with the
                     // caller mid-recycle, the guard drops what it holds (not a return).
                     let mut object = Object::new(lease, value);
@@ -569,18 +567,27 @@ impl<M: Manager> Shared<M> {
                     }
                 }
                 Checkout::Vacant { lease } => {
-                    track.enter(Step::Create);
+                    mode.enter(Step::Create);
                     return Creating::new(Arc::clone(self), lease).await;
                 }
             }
         }
     }
 
-    /// Waits on the table's gate (after a failed try), counting the wait.
+    /// After a failed try: fails at once (closed, or a `try_get`), or waits on the table's
+    /// gate, counting the wait.
     async fn wait(
         &self,
-        timeout: Option<Duration>,
+        error: TryAcquireError,
+        mode: Mode<'_>,
     ) -> Result<Checkout<Pooled<M>>, PoolError<M::Error>> {
+        let timeout = match (error, mode) {
+            (TryAcquireError::Closed, _) => return Err(PoolError::Closed),
+            (_, Mode::NoWait) => return Err(PoolError::NoCapacity),
+            (_, Mode::Wait) => self.config.wait_timeout,
+            (_, Mode::Tracked(_)) => None,
+        };
+        mode.enter(Step::Wait);
         self.counters.waits.incr();
         match within(timeout, self.slots.checkout()).await {
             Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
