@@ -629,8 +629,11 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
-    /// (logged); `Err(Some(..))`: user code panicked (logged).
+    /// Recycles an object: the `pre_recycle` hooks, [`Manager::recycle`] (its first poll
+    /// inline, a timer only for a recycle that has to wait), the `post_recycle` hooks. One
+    /// `async fn` for all three, so the common case (no hooks, a recycle ready at once) runs
+    /// no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
+    /// user code panicked (logged).
     #[inline]
     async fn recycle_all(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
@@ -639,7 +642,33 @@ impl<M: Manager> Shared<M> {
             self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
                 .await?;
         }
-        self.recycle(object, &meta).await?;
+        let recycled = match catch(|| self.manager.recycle(object, &meta)) {
+            Ok(recycle) => {
+                let mut recycle = pin!(Contained::new(recycle));
+                match FirstPoll(recycle.as_mut()).await {
+                    Poll::Ready(done) => done,
+                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
+                        Ok(done) => done,
+                        Err(after) => {
+                            tracing::warn!(?after, "recycle timed out; object dropped");
+                            return Err(None);
+                        }
+                    },
+                }
+            }
+            Err(panic) => Err(panic),
+        };
+        match recycled {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "recycle rejected an object");
+                return Err(None);
+            }
+            Err(panic) => {
+                self.panicked(Step::Recycle, &panic);
+                return Err(Some((Step::Recycle, panic)));
+            }
+        }
         if !self.hooks.post_recycle.is_empty() {
             self.hooks_ok(Step::PostRecycle, &self.hooks.post_recycle, object, &meta)
                 .await?;
@@ -671,44 +700,6 @@ impl<M: Manager> Shared<M> {
             self.discard(lease, pooled, Gone::Discarded);
         }
         Err(failure)
-    }
-
-    /// Runs [`Manager::recycle`] on an object: the first poll inline, and a timer only for a
-    /// recycle that has to wait. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
-    /// it panicked (logged).
-    #[inline]
-    async fn recycle(
-        &self,
-        object: &mut M::Type,
-        meta: &Meta,
-    ) -> Result<(), Option<(Step, Panic)>> {
-        let recycled = match catch(|| self.manager.recycle(object, meta)) {
-            Ok(recycle) => {
-                let mut recycle = pin!(Contained::new(recycle));
-                match FirstPoll(recycle.as_mut()).await {
-                    Poll::Ready(done) => done,
-                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
-                        Ok(done) => done,
-                        Err(after) => {
-                            tracing::warn!(?after, "recycle timed out; object dropped");
-                            return Err(None);
-                        }
-                    },
-                }
-            }
-            Err(panic) => Err(panic),
-        };
-        match recycled {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "recycle rejected an object");
-                Err(None)
-            }
-            Err(panic) => {
-                self.panicked(Step::Recycle, &panic);
-                Err(Some((Step::Recycle, panic)))
-            }
-        }
     }
 
     /// Runs recycle hooks under a panic guard.
