@@ -536,7 +536,7 @@ impl<M: Manager> Shared<M> {
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
-                    match self.recycle_due(value.stamps()) {
+                    match self.recycle_due(&value) {
                         Due::No => return Ok(Object::new(lease, value)),
                         Due::Expired => {
                             self.discard(lease, value, Gone::Expired);
@@ -598,10 +598,10 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Whether an idle object just checked out (its stamps) is recycled before it goes out,
+    /// Whether an idle object just checked out is recycled before it goes out,
     /// or dropped for its age. Reads the clock only if the pool's settings need it.
     #[inline]
-    fn recycle_due(&self, stamps: Stamps) -> Due {
+    fn recycle_due(&self, pooled: &Pooled<M>) -> Due {
         let config = &self.config;
         if !config.reads_clock {
             return if config.recycle == Recycle::Always {
@@ -610,6 +610,7 @@ impl<M: Manager> Shared<M> {
                 Due::No
             };
         }
+        let stamps = pooled.stamps();
         let now = self.time.now();
         if self.expired(stamps, now) {
             return Due::Expired;
