@@ -17,10 +17,10 @@ use std::task::{Context, Poll};
 
 use super::contain::{within, Contained};
 use super::manager::run_hooks;
-use super::{Anchor, Manager, Object, PoolError, Pooled, Shared, Stamps, Step};
+use super::{Manager, Object, PoolError, Pooled, Shared, Stamps, Step};
 use crate::exclusive::Lease;
 use crate::panic::{catch, Panic};
-use crate::sync::{Arc, CachePadded};
+use crate::sync::Arc;
 
 /// The boxed creation: its output is a complete object, or why there is none.
 type Build<M> = Pin<
@@ -75,9 +75,13 @@ async fn build<M: Manager>(shared: Arc<Shared<M>>) -> Result<Pooled<M>, PoolErro
             });
         }
     };
-    let stamps = Stamps::new(shared.time.now());
+    let created = shared.time.now();
     if !shared.hooks.post_create.is_empty() {
-        let meta = shared.meta(stamps);
+        let meta = shared.meta(Stamps {
+            created,
+            returned: Stamps::NEVER,
+            recycle_count: 0,
+        });
         let hooked = Contained::new(run_hooks(&shared.hooks.post_create, &mut object, &meta)).await;
         let failed = match hooked {
             Ok(Ok(())) => None,
@@ -95,13 +99,7 @@ async fn build<M: Manager>(shared: Arc<Shared<M>>) -> Result<Pooled<M>, PoolErro
             return Err(error);
         }
     }
-    Ok(Pooled {
-        object,
-        stamps,
-        anchor: Arc::new(CachePadded::new(Anchor {
-            shared: Arc::clone(&shared),
-        })),
-    })
+    Ok(Pooled::new(object, Arc::clone(&shared), created))
 }
 
 impl<M: Manager> Shared<M> {
@@ -123,7 +121,7 @@ impl<M: Manager> Shared<M> {
         });
         match built {
             Ok(pooled) => {
-                self.slots.occupy_born(&lease, pooled.stamps.created);
+                self.slots.occupy_born(&lease, pooled.anchor.created);
                 self.counters.created.incr();
                 tracing::debug!(slot = lease.index(), "object created");
                 Ok(Object::new(lease, pooled))

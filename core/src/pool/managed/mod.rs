@@ -157,7 +157,7 @@ use time::RecentClock;
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
 use crate::panic::{catch, report, Panic};
-use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering};
 
 /// The managed object pool. See the [module documentation](self).
 ///
@@ -213,26 +213,61 @@ struct Config {
     reads_clock: bool,
 }
 
-/// What a slot holds: the object, what the pool knows of it, and its anchor.
+/// What a slot holds: the object and its anchor (two words for a small object: a checkout
+/// and a return move them in and out of the cell, and through the `get` future).
 struct Pooled<M: Manager> {
     object: M::Type,
-    stamps: Stamps,
-    /// The object's own reference to the pool's state: moves with the object, so a checkout
-    /// writes no shared count (see the module docs, "The protocol").
+    /// The object's own reference to the pool's state and what the pool knows of the object:
+    /// moves with the object, so a checkout writes no shared count (see the module docs, "The
+    /// protocol").
     anchor: Arc<CachePadded<Anchor<M>>>,
 }
 
-/// One per object: what keeps the pool's state alive while the object is out.
-struct Anchor<M: Manager> {
-    shared: Arc<Shared<M>>,
+impl<M: Manager> Pooled<M> {
+    /// A new object's entry, created at `created` (a stamp).
+    fn new(object: M::Type, shared: Arc<Shared<M>>, created: u64) -> Self {
+        Pooled {
+            object,
+            anchor: Arc::new(CachePadded::new(Anchor {
+                shared,
+                created,
+                returned: AtomicU64::new(Stamps::NEVER),
+                recycle_count: AtomicU64::new(0),
+            })),
+        }
+    }
+
+    /// What the pool knows of the object now.
+    #[inline]
+    fn stamps(&self) -> Stamps {
+        let anchor = &self.anchor;
+        Stamps {
+            created: anchor.created,
+            returned: anchor.returned.load(Ordering::Relaxed),
+            recycle_count: anchor.recycle_count.load(Ordering::Relaxed),
+        }
+    }
 }
 
-/// [`Meta`] as stamps (nanoseconds on the pool's clock).
+/// One per object: what keeps the pool's state alive while the object is out, and the
+/// object's stamps (here rather than beside the object, so they stay put while the object
+/// moves). The stamps are written only by the object's holder: relaxed loads and stores
+/// (plain moves), ordered between holders by the slot's CAS that hands the object over.
+struct Anchor<M: Manager> {
+    shared: Arc<Shared<M>>,
+    /// See [`Stamps`].
+    created: u64,
+    returned: AtomicU64,
+    recycle_count: AtomicU64,
+}
+
+/// [`Meta`] as stamps (nanoseconds on the pool's clock): a snapshot of an object's
+/// [`Anchor`].
 #[derive(Debug, Clone, Copy)]
 struct Stamps {
     created: u64,
-    /// The last return, or [`Stamps::NEVER`] (a plain word, not an `Option`: the object moves
-    /// in and out of its cell on every checkout and return, and every word counts).
+    /// The last return, or [`Stamps::NEVER`] (a plain word, not an `Option`: one atomic in
+    /// the anchor).
     returned: u64,
     recycle_count: u64,
 }
@@ -241,15 +276,6 @@ impl Stamps {
     /// `returned` before the first return (no stamp reaches it: stamps end at
     /// [`MAX_STAMP`](crate::exclusive::MAX_STAMP)).
     const NEVER: u64 = u64::MAX;
-
-    /// Stamps of an object created at `created`.
-    fn new(created: u64) -> Self {
-        Stamps {
-            created,
-            returned: Self::NEVER,
-            recycle_count: 0,
-        }
-    }
 
     /// The last return, if any.
     fn returned(self) -> Option<u64> {
@@ -278,16 +304,25 @@ enum Due {
     Expired,
 }
 
-/// Records the step a `get` is in, for `get_timeout`'s error (an atomic on the caller's
-/// stack, so the `get` future stays `Send`).
+/// How a `get` waits for another caller's object, and whether it records its step.
 #[derive(Clone, Copy)]
-struct Track<'a>(Option<&'a AtomicUsize>);
+enum Mode<'a> {
+    /// [`Pool::get`]: waits up to the pool's `wait_timeout`.
+    Wait,
+    /// [`Pool::try_get`]: never waits.
+    NoWait,
+    /// [`Pool::get_timeout`]: waits (the caller's deadline bounds it) and records the step it
+    /// is in for the timeout's error (an atomic on the caller's stack, so the `get` future
+    /// stays `Send`).
+    Tracked(&'a AtomicUsize),
+}
 
-impl Track<'_> {
+impl Mode<'_> {
     const STEPS: [Step; 3] = [Step::Wait, Step::Create, Step::Recycle];
 
+    #[inline]
     fn enter(self, step: Step) {
-        if let Some(cell) = self.0 {
+        if let Mode::Tracked(cell) = self {
             let index = Self::STEPS.iter().position(|&s| s == step).unwrap_or(0);
             cell.store(index, Ordering::Relaxed);
         }
@@ -317,8 +352,7 @@ impl<M: Manager> Pool<M> {
     /// See [`PoolError`]: `Closed`, a `Timeout` (the pool's `wait_timeout` or
     /// `create_timeout`), `Create`, `PostCreateHook`, `Panicked`.
     pub fn get(&self) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
-        let shared = self.shared();
-        shared.get(shared.config.wait_timeout, true, Track(None))
+        self.shared().get(Mode::Wait)
     }
 
     /// Like [`Pool::get`] but never waits for another caller: an idle object, or a new one if
@@ -330,7 +364,7 @@ impl<M: Manager> Pool<M> {
     pub fn try_get(
         &self,
     ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
-        self.shared().get(None, false, Track(None))
+        self.shared().get(Mode::NoWait)
     }
 
     /// [`Pool::get`] with a deadline `timeout` from now over all its steps (instead of the
@@ -341,11 +375,11 @@ impl<M: Manager> Pool<M> {
     /// [`PoolError::Timeout`] with the step, otherwise as [`Pool::get`].
     pub async fn get_timeout(&self, timeout: Duration) -> Result<Object<M>, PoolError<M::Error>> {
         let step = AtomicUsize::new(0);
-        let get = self.shared().get(None, true, Track(Some(&step)));
+        let get = self.shared().get(Mode::Tracked(&step));
         match within(Some(timeout), get).await {
             Ok(result) => result,
             Err(after) => Err(PoolError::Timeout {
-                step: Track::step(&step),
+                step: Mode::step(&step),
                 after,
             }),
         }
@@ -376,7 +410,7 @@ impl<M: Manager> Pool<M> {
         let mut kept = 0;
         let mut panics = 0;
         let removed = shared.slots.retain(|pooled| {
-            let meta = shared.meta(pooled.stamps);
+            let meta = shared.meta(pooled.stamps());
             match catch(|| keep(&pooled.object, meta)) {
                 Ok(true) => {
                     kept += 1;
@@ -493,26 +527,16 @@ pub struct Retained {
 
 impl<M: Manager> Shared<M> {
     /// The whole `get`: a plain try first (the common case never builds the wait), then
-    /// waiting (unless `wait` is false), then readying the object.
-    async fn get(
-        self: &Arc<Self>,
-        wait_timeout: Option<Duration>,
-        wait: bool,
-        track: Track<'_>,
-    ) -> Result<Object<M>, PoolError<M::Error>> {
+    /// waiting (unless the mode says not to), then readying the object.
+    async fn get(self: &Arc<Self>, mode: Mode<'_>) -> Result<Object<M>, PoolError<M::Error>> {
         loop {
             let checkout = match self.slots.try_checkout() {
                 Ok(checkout) => checkout,
-                Err(TryAcquireError::Closed) => return Err(PoolError::Closed),
-                Err(_) if !wait => return Err(PoolError::NoCapacity),
-                Err(_) => {
-                    track.enter(Step::Wait);
-                    self.wait(wait_timeout).await?
-                }
+                Err(error) => self.wait(error, mode).await?,
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
-                    match self.recycle_due(value.stamps) {
+                    match self.recycle_due(&value) {
                         Due::No => return Ok(Object::new(lease, value)),
                         Due::Expired => {
                             self.discard(lease, value, Gone::Expired);
@@ -520,7 +544,7 @@ impl<M: Manager> Shared<M> {
                         }
                         Due::Yes => {}
                     }
-                    track.enter(Step::Recycle);
+                    mode.enter(Step::Recycle);
                     // Built before the recycle, so the object moves no more; dropped with the
                     // caller mid-recycle, the guard drops what it holds (not a return).
                     let mut object = Object::new(lease, value);
@@ -543,18 +567,27 @@ impl<M: Manager> Shared<M> {
                     }
                 }
                 Checkout::Vacant { lease } => {
-                    track.enter(Step::Create);
+                    mode.enter(Step::Create);
                     return Creating::new(Arc::clone(self), lease).await;
                 }
             }
         }
     }
 
-    /// Waits on the table's gate (after a failed try), counting the wait.
+    /// After a failed try: fails at once (closed, or a `try_get`), or waits on the table's
+    /// gate, counting the wait.
     async fn wait(
         &self,
-        timeout: Option<Duration>,
+        error: TryAcquireError,
+        mode: Mode<'_>,
     ) -> Result<Checkout<Pooled<M>>, PoolError<M::Error>> {
+        let timeout = match (error, mode) {
+            (TryAcquireError::Closed, _) => return Err(PoolError::Closed),
+            (_, Mode::NoWait) => return Err(PoolError::NoCapacity),
+            (_, Mode::Wait) => self.config.wait_timeout,
+            (_, Mode::Tracked(_)) => None,
+        };
+        mode.enter(Step::Wait);
         self.counters.waits.incr();
         match within(timeout, self.slots.checkout()).await {
             Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
@@ -565,10 +598,10 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Whether an idle object just checked out (its stamps) is recycled before it goes out,
+    /// Whether an idle object just checked out is recycled before it goes out,
     /// or dropped for its age. Reads the clock only if the pool's settings need it.
     #[inline]
-    fn recycle_due(&self, stamps: Stamps) -> Due {
+    fn recycle_due(&self, pooled: &Pooled<M>) -> Due {
         let config = &self.config;
         if !config.reads_clock {
             return if config.recycle == Recycle::Always {
@@ -577,6 +610,7 @@ impl<M: Manager> Shared<M> {
                 Due::No
             };
         }
+        let stamps = pooled.stamps();
         let now = self.time.now();
         if self.expired(stamps, now) {
             return Due::Expired;
@@ -596,17 +630,46 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Runs the recycle hooks and [`Manager::recycle`] on an object. `Err(None)`: rejected
-    /// (logged); `Err(Some(..))`: user code panicked (logged).
+    /// Recycles an object: the `pre_recycle` hooks, [`Manager::recycle`] (its first poll
+    /// inline, a timer only for a recycle that has to wait), the `post_recycle` hooks. One
+    /// `async fn` for all three, so the common case (no hooks, a recycle ready at once) runs
+    /// no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
+    /// user code panicked (logged).
     #[inline]
     async fn recycle_all(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
-        let meta = self.meta(pooled.stamps);
+        let meta = self.meta(pooled.stamps());
         let object = &mut pooled.object;
         if !self.hooks.pre_recycle.is_empty() {
             self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
                 .await?;
         }
-        self.recycle(object, &meta).await?;
+        let recycled = match catch(|| self.manager.recycle(object, &meta)) {
+            Ok(recycle) => {
+                let mut recycle = pin!(Contained::new(recycle));
+                match FirstPoll(recycle.as_mut()).await {
+                    Poll::Ready(done) => done,
+                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
+                        Ok(done) => done,
+                        Err(after) => {
+                            tracing::warn!(?after, "recycle timed out; object dropped");
+                            return Err(None);
+                        }
+                    },
+                }
+            }
+            Err(panic) => Err(panic),
+        };
+        match recycled {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "recycle rejected an object");
+                return Err(None);
+            }
+            Err(panic) => {
+                self.panicked(Step::Recycle, &panic);
+                return Err(Some((Step::Recycle, panic)));
+            }
+        }
         if !self.hooks.post_recycle.is_empty() {
             self.hooks_ok(Step::PostRecycle, &self.hooks.post_recycle, object, &meta)
                 .await?;
@@ -625,7 +688,8 @@ impl<M: Manager> Shared<M> {
         let failure = match outcome {
             Ok(()) => {
                 if let Some(pooled) = object.pooled_mut() {
-                    pooled.stamps.recycle_count += 1;
+                    let count = &pooled.anchor.recycle_count;
+                    count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 }
                 self.counters.recycled.incr();
                 return Ok(());
@@ -637,44 +701,6 @@ impl<M: Manager> Shared<M> {
             self.discard(lease, pooled, Gone::Discarded);
         }
         Err(failure)
-    }
-
-    /// Runs [`Manager::recycle`] on an object: the first poll inline, and a timer only for a
-    /// recycle that has to wait. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
-    /// it panicked (logged).
-    #[inline]
-    async fn recycle(
-        &self,
-        object: &mut M::Type,
-        meta: &Meta,
-    ) -> Result<(), Option<(Step, Panic)>> {
-        let recycled = match catch(|| self.manager.recycle(object, meta)) {
-            Ok(recycle) => {
-                let mut recycle = pin!(Contained::new(recycle));
-                match FirstPoll(recycle.as_mut()).await {
-                    Poll::Ready(done) => done,
-                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
-                        Ok(done) => done,
-                        Err(after) => {
-                            tracing::warn!(?after, "recycle timed out; object dropped");
-                            return Err(None);
-                        }
-                    },
-                }
-            }
-            Err(panic) => Err(panic),
-        };
-        match recycled {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "recycle rejected an object");
-                Err(None)
-            }
-            Err(panic) => {
-                self.panicked(Step::Recycle, &panic);
-                Err(Some((Step::Recycle, panic)))
-            }
-        }
     }
 
     /// Runs recycle hooks under a panic guard.
@@ -772,14 +798,19 @@ impl<M: Manager> Shared<M> {
     /// Takes an object back from its holder: into its slot idle (or to the oldest waiter),
     /// or dropped if it is past its lifetime or the pool is over its size or closed.
     #[inline]
-    fn check_in(&self, lease: Lease, mut pooled: Pooled<M>) {
+    fn check_in(&self, lease: Lease, pooled: Pooled<M>) {
+        let anchor = &pooled.anchor;
         // Not before its creation (which read the clock): the recent time may lag behind.
-        let stamp = self.time.recent().max(pooled.stamps.created);
-        if self.config.max_lifetime.is_some() && self.expired(pooled.stamps, stamp) {
+        let stamp = self.time.recent().max(anchor.created);
+        if self
+            .config
+            .max_lifetime
+            .is_some_and(|lifetime| stamp.saturating_sub(anchor.created) >= lifetime)
+        {
             self.discard(lease, pooled, Gone::Expired);
             return;
         }
-        pooled.stamps.returned = stamp;
+        anchor.returned.store(stamp, Ordering::Relaxed);
         match self.slots.check_in(lease, pooled, stamp) {
             CheckIn::Kept => {}
             CheckIn::Surplus(pooled) => self.dispose([pooled], Gone::Surplus),
@@ -807,7 +838,7 @@ impl<M: Manager> Shared<M> {
         let (aged, idle): (Vec<_>, Vec<_>) = reaped
             .into_iter()
             .map(|(pooled, _)| pooled)
-            .partition(|pooled| self.expired(pooled.stamps, now));
+            .partition(|pooled| self.expired(pooled.stamps(), now));
         self.dispose(aged, Gone::Expired);
         self.dispose(idle, Gone::Reaped);
         count

@@ -71,7 +71,7 @@ impl<M: Manager> Object<M> {
     /// What the pool knows about the object (creation, last return, recycles).
     pub fn meta(this: &Self) -> Meta {
         let pooled = this.pooled();
-        pooled.anchor.shared.meta(pooled.stamps)
+        pooled.anchor.shared.meta(pooled.stamps())
     }
 
     /// The object's slot (lower slots are reused first; for logs).
