@@ -451,17 +451,17 @@ impl<K: Key> Keyed<K> {
     /// When the share is full and the current runtime has no time driver, as
     /// [`tokio::time::timeout`] does.
     pub async fn admit(&self, key: &K, max_wait: Duration) -> Result<Admission, KeyedError<K>> {
-        match self.routes.admit(key, Admission::new) {
-            First::Admitted(admission) => Ok(admission),
-            // Boxed: the wait (and its timer) is the rare path, and keeping it out of line
-            // keeps this future, and every future that awaits it, small to move.
-            First::Wait(route) => Box::pin(self.wait_for_slot(key, route, max_wait)).await,
-            First::Closed => Err(self.closed(key)),
-            First::Unregistered => Err(KeyedError::Unregistered {
-                key: key.clone(),
-                reach: Reach::NotSent,
-            }),
-        }
+        // The first attempt's outcome is consumed before the await: held across it (as a
+        // `match` scrutinee is), it would be stored in this future's state and read back.
+        let route = match self.routes.admit(key, Admission::new) {
+            First::Admitted(admission) => return Ok(admission),
+            First::Wait(route) => route,
+            First::Closed => return Err(self.closed(key)),
+            First::Unregistered => return Err(self.unregistered(key)),
+        };
+        // Boxed: the wait (and its timer) is the rare path, and keeping it out of line keeps
+        // this future, and every future that awaits it, small to move.
+        Box::pin(self.wait_for_slot(key, route, max_wait)).await
     }
 
     /// The slow path of [`Keyed::admit`]: the share was full on the first attempt.
@@ -496,6 +496,14 @@ impl<K: Key> Keyed<K> {
         KeyedError::Refused {
             key: key.clone(),
             waited: max_wait,
+            reach: Reach::NotSent,
+        }
+    }
+
+    #[cold]
+    fn unregistered(&self, key: &K) -> KeyedError<K> {
+        KeyedError::Unregistered {
+            key: key.clone(),
             reach: Reach::NotSent,
         }
     }
