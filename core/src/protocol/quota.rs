@@ -290,15 +290,11 @@ impl Quota {
     #[inline]
     pub(crate) fn try_acquire_with(&self, capacity: usize) -> Result<QuotaPermit, TryAcquireError> {
         debug_assert_eq!(capacity, self.capacity, "a stale copy of the capacity");
+        // The first guess, the idle word, is open with every permit free (a capacity is at
+        // least 1), so its CAS needs no check before it: only a word it did not expect is
+        // decided on.
         let mut seen = capacity as u64;
         loop {
-            let word = Word(seen);
-            if word.closed() {
-                return Err(TryAcquireError::Closed);
-            }
-            if word.free() == 0 {
-                return Err(TryAcquireError::NoCapacity);
-            }
             match self.word.compare_exchange_weak(
                 seen,
                 seen - FREE_ONE,
@@ -308,6 +304,13 @@ impl Quota {
                 Ok(_) => return Ok(self.permit_with(capacity)),
                 // Another taker or a releaser moved the word: decide again on its value.
                 Err(actual) => seen = actual,
+            }
+            let word = Word(seen);
+            if word.closed() {
+                return Err(TryAcquireError::Closed);
+            }
+            if word.free() == 0 {
+                return Err(TryAcquireError::NoCapacity);
             }
         }
     }
@@ -385,13 +388,10 @@ impl Quota {
         let this = unsafe { quota.as_ref() };
         this.assert_live();
         // Expect this permit to be the only one out (as `try_acquire` expects an idle quota):
-        // the common case costs the CAS alone.
+        // the common case costs the CAS alone. That guess has no waiter, so the first CAS
+        // needs no check: `waiters` is looked at in each word the CAS did not expect.
         let mut seen = capacity as u64 - FREE_ONE;
         loop {
-            if Word(seen).waiters() != 0 {
-                // SAFETY: as for this function; the permit is still held.
-                return unsafe { Self::release_slow(quota) };
-            }
             let next = seen + FREE_ONE;
             match this
                 .word
@@ -410,6 +410,10 @@ impl Quota {
                 }
                 // A taker, another releaser, a waiter or the owner moved the word: decide again.
                 Err(actual) => seen = actual,
+            }
+            if Word(seen).waiters() != 0 {
+                // SAFETY: as for this function; the permit is still held.
+                return unsafe { Self::release_slow(quota) };
             }
         }
     }
