@@ -284,9 +284,10 @@ impl Quota {
 
     /// [`Quota::try_acquire`] given the quota's capacity by a caller that keeps a copy of it
     /// beside its pointer to the quota (a route table's slot), so the CAS waits for no load of
-    /// the quota's own fields. The capacity only seeds the CAS's guess of the word: a wrong
-    /// one would cost a failed CAS, never a wrong answer, but it must not be zero (a guess
-    /// with nothing free is refused without a CAS).
+    /// the quota's own fields. The capacity must be the quota's (checked in debug builds): it
+    /// seeds the first CAS, which is made without looking at its guess because the quota's
+    /// capacity (1 to [`MAX_QUOTA`]) is an open word with permits free, and the permit hands it
+    /// on to its release, whose first guess it is too.
     #[inline]
     pub(crate) fn try_acquire_with(&self, capacity: usize) -> Result<QuotaPermit, TryAcquireError> {
         debug_assert_eq!(capacity, self.capacity, "a stale copy of the capacity");
