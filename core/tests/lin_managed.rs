@@ -1213,6 +1213,101 @@ fn around(history: &[Event<Model>], stuck: &[Event<Model>]) -> String {
         .collect()
 }
 
+/// Checks a history written by `LIN_DUMP` again (`LIN_REPLAY=FILE cargo test --profile lin
+/// -p slotpool --test lin_managed replay`), reporting the verdict; passes at once without it.
+#[test]
+fn replay() {
+    let Ok(path) = std::env::var("LIN_REPLAY") else {
+        return;
+    };
+    let text = std::fs::read_to_string(&path).expect("the history read");
+    let history: Vec<Event<Model>> = text.lines().filter_map(unline).collect();
+    match check_within(Model::new(MAX_SIZE), &history, 1_000_000) {
+        Verdict::Violation(violation) => panic!(
+            "not linearizable: {} of {} events, ending in {:?}; stuck on {:#?}",
+            violation.longest.len(),
+            history.len(),
+            violation.state,
+            violation.stuck_on
+        ),
+        verdict => eprintln!("{} events: {verdict:?}", history.len()),
+    }
+}
+
+/// An event back from its [`line`] (`None` for a line that is not one).
+fn unline(text: &str) -> Option<Event<Model>> {
+    let (stamps, rest) = text.trim().split_once(" task ")?;
+    let (call, done) = stamps.split_once("..")?;
+    let (thread, rest) = rest.split_once(' ')?;
+    let (op, ret) = rest.split_once(" -> ")?;
+    // The number after `key: `, or in parentheses for `key` "(".
+    let num = |s: &str, key: &str| -> Option<u64> {
+        let from = s.find(key)? + key.len();
+        let digits: String = s[from..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    let n = |key: &str| num(op, key);
+    let slot = || Some(usize::try_from(n("slot: ")?).ok()?);
+    let op = match op.split([' ', '(']).next()? {
+        "Begin" => Op::Begin {
+            get: n("get: ")?,
+            waits: op.contains("waits: true"),
+        },
+        "Get" => Op::Get { get: n("get: ")? },
+        "TryGet" => Op::TryGet { get: n("get: ")? },
+        "Return" => Op::Return {
+            slot: slot()?,
+            id: n("id: ")?,
+            poisoned: op.contains("poisoned: true"),
+            lo: u32::try_from(n("lo: ")?).ok()?,
+            hi: u32::try_from(n("hi: ")?).ok()?,
+        },
+        "Vacate" => Op::Vacate {
+            slot: slot()?,
+            id: n("id: ")?,
+        },
+        "Take" => Op::Take {
+            slot: slot()?,
+            id: n("id: ")?,
+        },
+        "Rejected" => Op::Rejected {
+            slot: slot()?,
+            id: n("id: ")?,
+            get: n("get: ")?,
+        },
+        "Discarded" => Op::Discarded {
+            slot: slot()?,
+            id: n("id: ")?,
+        },
+        "ReapStart" => Op::ReapStart {
+            pass: u32::try_from(n("pass: ")?).ok()?,
+        },
+        "Reap" => Op::Reap {
+            pass: u32::try_from(n("pass: ")?).ok()?,
+        },
+        "Resize" => Op::Resize(usize::try_from(n("(")?).ok()?),
+        "Trim" => Op::Trim,
+        _ => return None,
+    };
+    let ret = match ret.split([' ', '(']).next()? {
+        "Got" => Ret::Got {
+            slot: usize::try_from(num(ret, "slot: ")?).ok()?,
+            id: num(ret, "id: ")?,
+        },
+        "NoCapacity" => Ret::NoCapacity,
+        "Done" => Ret::Done,
+        "Reaped" => Ret::Reaped(usize::try_from(num(ret, "(")?).ok()?),
+        _ => return None,
+    };
+    Some(Event {
+        thread: thread.parse().ok()?,
+        op,
+        ret,
+        call: call.trim().parse().ok()?,
+        done: done.trim().parse().ok()?,
+    })
+}
+
 /// One event as a line of a report.
 fn line(e: &Event<Model>) -> String {
     format!(
