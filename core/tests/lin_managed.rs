@@ -236,6 +236,18 @@ enum Slot {
         since: (u32, u32),
         to: u64,
     },
+    /// The idle object the waiting `get` numbered `by` took on a try of its own while another
+    /// was handed to it (module docs): it passes the handed one on, then goes on with this.
+    Taken {
+        id: u64,
+        poisoned: bool,
+        by: u64,
+    },
+    /// The slot the waiting `get` numbered `by` claimed for a creation the same way, with the
+    /// unit of the size it held (which the slot holds now); the object is not made yet.
+    Claimed {
+        by: u64,
+    },
 }
 
 /// A `get` under way.
@@ -318,8 +330,9 @@ impl Model {
             Slot::Idle { id: held, .. }
             | Slot::Busy { id: held }
             | Slot::Rejecting { id: held }
-            | Slot::Handed { id: held, .. } => *held == id,
-            Slot::Empty { .. } | Slot::Dropping => false,
+            | Slot::Handed { id: held, .. }
+            | Slot::Taken { id: held, .. } => *held == id,
+            Slot::Empty { .. } | Slot::Dropping | Slot::Claimed { .. } => false,
         })
     }
 
@@ -345,6 +358,27 @@ impl Model {
             .position(|s| matches!(s, Slot::Handed { to, .. } if *to == get))
     }
 
+    /// The slot the `get` numbered `get` took or claimed on its own while an object was
+    /// handed to it, if any.
+    fn took(&self, get: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| matches!(s, Slot::Taken { by, .. } | Slot::Claimed { by } if *by == get))
+    }
+
+    /// Whether the `get` numbered `get` may be handed a returned object now: it waits, and is
+    /// still queued (nothing handed to it, and it has not gone on with an object of its own).
+    fn queued(&self, get: &Pending) -> bool {
+        get.waits && self.handed_to(get.get).is_none() && self.took(get.get).is_none()
+    }
+
+    /// Whether a creation may claim `slot`: it is Empty, and every lower slot holds something
+    /// or may still be draining (module docs).
+    fn creatable(&self, slot: usize) -> bool {
+        matches!(self.at(slot), None | Some(Slot::Empty { .. }))
+            && (0..slot).all(|j| !matches!(self.at(j), None | Some(Slot::Empty { fuzzy: false })))
+    }
+
     /// The `get` numbered `get` ends: whether it held a unit. `None` if it is not under way,
     /// or still has an object handed to it.
     fn end(&mut self, get: u64) -> Option<bool> {
@@ -356,8 +390,27 @@ impl Model {
     }
 
     /// The `get` numbered `get` returned `(slot, id)`: the object handed to it, the lowest
-    /// idle object, or one created with the unit it held.
+    /// idle object, or one created with the unit it held (or what it took or claimed on its
+    /// own while an object was handed to it, once that object moved on).
     fn checkout(mut self, get: u64, slot: usize, id: u64) -> Option<Self> {
+        if let Some(took) = self.took(get) {
+            let fits = took == slot
+                && match self.slots[took] {
+                    Slot::Taken {
+                        id: taken,
+                        poisoned: false,
+                        ..
+                    } => taken == id,
+                    Slot::Claimed { .. } => !self.holds(id),
+                    _ => false,
+                };
+            if !fits {
+                return None;
+            }
+            self.set(slot, Slot::Busy { id });
+            self.end(get)?;
+            return Some(self);
+        }
         if let Some(handed) = self.handed_to(get) {
             let fits = handed == slot
                 && matches!(
@@ -386,11 +439,7 @@ impl Model {
             None => {
                 // Created: a new id, within the size, in the lowest Empty slot (or one past
                 // lower reaped slots still draining).
-                let fits = unit
-                    && !self.holds(id)
-                    && matches!(self.at(slot), None | Some(Slot::Empty { .. }))
-                    && (0..slot)
-                        .all(|j| !matches!(self.at(j), None | Some(Slot::Empty { fuzzy: false })));
+                let fits = unit && !self.holds(id) && self.creatable(slot);
                 fits.then(|| {
                     self.set(slot, Slot::Busy { id });
                     self
@@ -494,8 +543,8 @@ impl Model {
                 since,
             };
             states.push(idle);
-            for other in self.gets.iter().filter(|g| g.waits && g.get != to) {
-                if self.handed_to(other.get).is_none() {
+            for other in self.gets.iter().filter(|g| g.get != to) {
+                if self.queued(other) {
                     let mut next = self.clone();
                     next.slots[i] = Slot::Handed {
                         id,
@@ -510,25 +559,61 @@ impl Model {
         states
     }
 
+    /// A waiting `get` with an object handed to it tries on its own before it leaves the queue
+    /// (the hand-off came between its enqueueing and its second try, or its try was under way):
+    /// it takes the lowest idle object, or claims the slot for a creation with the unit it
+    /// holds; the handed object moves on later ([`Model::handoffs`]). Every state that can
+    /// follow.
+    fn own_takes(&self) -> Vec<Self> {
+        let mut states = Vec::new();
+        for (i, g) in self.gets.iter().enumerate() {
+            if !g.waits || self.handed_to(g.get).is_none() || self.took(g.get).is_some() {
+                continue;
+            }
+            if let Some(lowest) = self.lowest_idle() {
+                if let Slot::Idle { id, poisoned, .. } = self.slots[lowest] {
+                    let mut next = self.clone();
+                    next.slots[lowest] = Slot::Taken {
+                        id,
+                        poisoned,
+                        by: g.get,
+                    };
+                    states.push(next);
+                }
+                continue;
+            }
+            if !g.unit {
+                continue;
+            }
+            for slot in (0..=self.slots.len()).filter(|&slot| self.creatable(slot)) {
+                let mut next = self.clone();
+                next.gets[i].unit = false;
+                next.set(slot, Slot::Claimed { by: g.get });
+                states.push(next);
+            }
+        }
+        states
+    }
+
     /// Every state the internal steps can have reached by now: the scan under way (if any)
     /// looking at more slots (checkouts and returns fall between its looks), `get`s under way
-    /// taking or giving back units for creations, and handed objects moving on.
-    fn hidden(&self) -> Vec<Self> {
-        let mut all = vec![self.clone()];
+    /// taking or giving back units for creations, handed objects moving on, and waiting
+    /// `get`s with an object handed to them taking one of their own.
+    fn hidden(&self) -> HashSet<Self> {
         let mut seen = HashSet::from([self.clone()]);
         let mut frontier = vec![self.clone()];
         while let Some(state) = frontier.pop() {
             let steps = state.scan_one().into_iter().chain(state.units());
             let steps = steps.chain(state.handoffs());
             let steps = steps.chain(state.drops());
+            let steps = steps.chain(state.own_takes());
             for next in steps {
                 if seen.insert(next.clone()) {
-                    all.push(next.clone());
                     frontier.push(next);
                 }
             }
         }
-        all
+        seen
     }
 
     /// `op` returning `ret`, the scan (if any) standing where it is.
@@ -581,17 +666,16 @@ impl Model {
                 // Idle, or handed to a `get` that may be waiting.
                 let since = (*lo, (*hi).min(self.passes));
                 let mut states = Vec::new();
-                let waiting = self.gets.iter().filter(|g| g.waits).map(|g| g.get);
+                let waiting = self.gets.iter().filter(|g| self.queued(g)).map(|g| g.get);
                 for to in waiting.map(Some).chain([None]) {
                     let (id, poisoned) = (*id, *poisoned);
                     let state = match to {
-                        Some(to) if self.handed_to(to).is_none() => Slot::Handed {
+                        Some(to) => Slot::Handed {
                             id,
                             poisoned,
                             since,
                             to,
                         },
-                        Some(_) => continue,
                         None => Slot::Idle {
                             id,
                             poisoned,
@@ -626,16 +710,25 @@ impl Model {
                 }
             }
             (Op::Rejected { slot, id, get }, Ret::Done) => {
-                // The object handed to this `get`, or the lowest idle one.
-                let fits = match self.handed_to(*get) {
-                    Some(handed) => {
+                // The object handed to this `get`, the one it took on its own (once the handed
+                // one moved on), or the lowest idle one.
+                let fits = match (self.handed_to(*get), self.took(*get)) {
+                    (None, Some(took)) => {
+                        took == *slot
+                            && matches!(
+                                self.slots[took],
+                                Slot::Taken { id: taken, poisoned: true, .. } if taken == *id
+                            )
+                    }
+                    (_, Some(_)) => false,
+                    (Some(handed), None) => {
                         handed == *slot
                             && matches!(
                                 self.slots[handed],
                                 Slot::Handed { id: given, poisoned: true, .. } if given == *id
                             )
                     }
-                    None => {
+                    (None, None) => {
                         self.lowest_idle() == Some(*slot)
                             && matches!(
                                 self.at(*slot),
