@@ -1637,3 +1637,57 @@ fn the_model_refuses_no_capacity_beside_an_object_a_shrink_kept() {
         "no capacity beside an object the shrink kept"
     );
 }
+
+/// A waiting `get` with a returned object handed to it may take the lowest idle object, or
+/// claim the lowest Empty slot, on a try of its own before it leaves the queue, and passes
+/// the handed object on before it returns: a `try_get` in between finds neither object idle,
+/// and a creation in between passes the claimed slot. A `try_get` (never handed anything)
+/// cannot do so, and the handed object is idle again once the `get` returned.
+#[test]
+fn the_model_lets_a_handed_get_take_its_own_and_pass_the_handed_on() {
+    let accepts =
+        |size: usize, h: &[Event<Model>]| check(Model::new(size), &begun(h), 10_000).is_ok();
+    // Both objects back while the `get` waits: it takes the lower idle one itself while the
+    // other is handed to it.
+    let taken = |get: fn(Ret, u64, u64) -> Event<Model>, after: Ret| {
+        vec![
+            tried(got(0, 0), 0, 1),
+            tried(got(1, 1), 2, 3),
+            get(got(1, 1), 4, 20),
+            event(back(1, 1), Ret::Done, 5, 6),
+            event(back(0, 0), Ret::Done, 7, 8),
+            tried(Ret::NoCapacity, 9, 10),
+            tried(after, 21, 22),
+        ]
+    };
+    assert!(accepts(2, &taken(waited, got(0, 0))));
+    assert!(
+        !accepts(2, &taken(waited, Ret::NoCapacity)),
+        "the handed object was still out after its get returned"
+    );
+    assert!(
+        !accepts(2, &taken(tried, got(0, 0))),
+        "a try_get was handed an object"
+    );
+    // A take frees a unit and the `get` claims the taken object's slot; a return is handed
+    // to it, and a creation after a resize passes the claimed slot.
+    let claimed = |get: fn(Ret, u64, u64) -> Event<Model>| {
+        vec![
+            tried(got(0, 0), 0, 1),
+            tried(got(1, 1), 2, 3),
+            tried(got(2, 2), 4, 5),
+            get(got(0, 4), 6, 40),
+            event(Op::Take { slot: 0, id: 0 }, Ret::Done, 7, 8),
+            event(back(1, 1), Ret::Done, 9, 10),
+            event(Op::Resize(4), Ret::Done, 11, 12),
+            event(Op::Trim, Ret::Done, 11, 12),
+            tried(got(3, 3), 13, 14),
+            tried(got(1, 1), 41, 42),
+        ]
+    };
+    assert!(accepts(3, &claimed(waited)));
+    assert!(
+        !accepts(3, &claimed(tried)),
+        "a creation passed an Empty slot nobody claimed beside a hand-off"
+    );
+}
