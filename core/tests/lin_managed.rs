@@ -69,7 +69,10 @@
 //!   neither object idle, and a creation elsewhere passes the claimed slot (a `get`
 //!   preempted there held both for 280 stamps in one recorded run). The model lets a `get`
 //!   with an object handed to it take or claim once, and it then ends with what it took
-//!   (or rejects it) after the handed object moved on; nothing else is handed to it.
+//!   (or rejects it) after the handed object moved on; nothing else is handed to it. In the
+//!   same way a `get` or `try_get` holding a unit of the size for a creation whose
+//!   reservation joined an object returned meanwhile (`ExclusiveSlots::attempt_slow`) holds
+//!   both until it gives the unit back, and a try in between finds neither room nor object.
 //! * **A reaped object's unit goes back after the object left** (Dropping): the pass takes
 //!   the value, drains the slot, then gives the unit back; a `try_get` in between finds
 //!   neither the object nor room, and a creation may already reuse the drained slot.
@@ -388,10 +391,10 @@ impl Model {
     }
 
     /// The `get` numbered `get` ends: whether it held a unit. `None` if it is not under way,
-    /// or still has an object handed to it.
+    /// or still has an object handed to it, or one it took or claimed.
     fn end(&mut self, get: u64) -> Option<bool> {
         let at = self.gets.iter().position(|g| g.get == get)?;
-        if self.handed_to(get).is_some() {
+        if self.handed_to(get).is_some() || self.took(get).is_some() {
             return None;
         }
         Some(self.gets.remove(at).unit)
@@ -496,7 +499,7 @@ impl Model {
             let mut next = self.clone();
             if next.gets[i].unit {
                 next.gets[i].unit = false;
-            } else if next.live() < next.size {
+            } else if next.live() < next.size && self.took(next.gets[i].get).is_none() {
                 next.gets[i].unit = true;
             } else {
                 continue;
@@ -567,15 +570,19 @@ impl Model {
         states
     }
 
-    /// A waiting `get` with an object handed to it tries on its own before it leaves the queue
-    /// (the hand-off came between its enqueueing and its second try, or its try was under way):
-    /// it takes the lowest idle object, or claims the slot for a creation with the unit it
-    /// holds; the handed object moves on later ([`Model::handoffs`]). Every state that can
+    /// A `get` takes an object while it still holds something it lets go of before it
+    /// returns: a waiting `get` with an object handed to it tries on its own before it leaves
+    /// the queue (the hand-off came between its enqueueing and its second try, or its try was
+    /// under way), and takes the lowest idle object or claims the slot for a creation with the
+    /// unit it holds (the handed object moves on later, [`Model::handoffs`]); and a `get`
+    /// holding a unit for a creation whose reservation joined an object returned meanwhile
+    /// takes that object, then gives the unit back ([`Model::units`]). Every state that can
     /// follow.
     fn own_takes(&self) -> Vec<Self> {
         let mut states = Vec::new();
         for (i, g) in self.gets.iter().enumerate() {
-            if !g.waits || self.handed_to(g.get).is_none() || self.took(g.get).is_some() {
+            let handed = g.waits && self.handed_to(g.get).is_some();
+            if !(handed || g.unit) || self.took(g.get).is_some() {
                 continue;
             }
             if let Some(lowest) = self.lowest_idle() {
@@ -590,7 +597,7 @@ impl Model {
                 }
                 continue;
             }
-            if !g.unit {
+            if !handed || !g.unit {
                 continue;
             }
             for slot in (0..=self.slots.len()).filter(|&slot| self.creatable(slot)) {
@@ -722,7 +729,10 @@ impl Model {
                 // one moved on), or the lowest idle one.
                 let fits = match (self.handed_to(*get), self.took(*get)) {
                     (None, Some(took)) => {
-                        took == *slot
+                        // A joined reservation's unit went back before the recycle.
+                        let unit = self.gets.iter().any(|g| g.get == *get && g.unit);
+                        !unit
+                            && took == *slot
                             && matches!(
                                 self.slots[took],
                                 Slot::Taken { id: taken, poisoned: true, .. } if taken == *id
@@ -1648,7 +1658,8 @@ fn the_model_refuses_no_capacity_beside_an_object_a_shrink_kept() {
 /// claim the lowest Empty slot, on a try of its own before it leaves the queue, and passes
 /// the handed object on before it returns: a `try_get` in between finds neither object idle,
 /// and a creation in between passes the claimed slot. A `try_get` (never handed anything)
-/// cannot do so, and the handed object is idle again once the `get` returned.
+/// cannot do so, and the handed object is idle again once the `get` returned. A `get` whose
+/// reservation for a creation joined a returned object holds both for a moment.
 #[test]
 fn the_model_lets_a_handed_get_take_its_own_and_pass_the_handed_on() {
     let accepts =
@@ -1695,5 +1706,22 @@ fn the_model_lets_a_handed_get_take_its_own_and_pass_the_handed_on() {
     assert!(
         !accepts(3, &claimed(tried)),
         "a creation passed an Empty slot nobody claimed beside a hand-off"
+    );
+    // A `try_get` took a unit to create, and its reservation joined an object returned
+    // meanwhile: until it gives the unit back, another try finds neither room nor the object.
+    let joined = |after: Ret| {
+        vec![
+            tried(got(0, 0), 0, 1),
+            tried(got(1, 1), 2, 3),
+            tried(got(1, 1), 4, 20),
+            event(back(1, 1), Ret::Done, 5, 6),
+            tried(Ret::NoCapacity, 7, 8),
+            tried(after, 21, 22),
+        ]
+    };
+    assert!(accepts(3, &joined(got(2, 2))));
+    assert!(
+        !accepts(3, &joined(Ret::NoCapacity)),
+        "the joining try kept its unit after it returned"
     );
 }
