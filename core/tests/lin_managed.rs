@@ -106,7 +106,7 @@
 //! taken or claimed one of its own first. The pool's own faults it found (a shrink's trim that
 //! hid an idle object, a checkout that gave up on a slot lost to the reaper) are fixed, each
 //! with a loom model. With the model as it is, a loop of 300 optimised runs (300 histories
-//! each) refused none, and left at most one history of a test's 150 undecided.
+//! each) refused none, and left at most two histories of a test's 150 undecided.
 //!
 //! Not covered here: cancelled `get`s, failing or panicking managers and hooks, timeouts,
 //! `max_lifetime`, `min_idle` (the background task tops it up unseen), `retain` and `close`
