@@ -1330,7 +1330,11 @@ fn replay() {
         return;
     };
     let text = std::fs::read_to_string(&path).expect("the history read");
-    let history: Vec<Event<Model>> = text.lines().filter_map(unline).collect();
+    let history: Vec<Event<Model>> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| unline(line).unwrap_or_else(|| panic!("not an event of the dump: {line:?}")))
+        .collect();
     match check_within(Model::new(MAX_SIZE), &history, 1_000_000) {
         Verdict::Violation(violation) => panic!(
             "not linearizable: {} of {} events, ending in {:?}; stuck on {:#?}",
