@@ -912,8 +912,10 @@ async fn stream_pool_histories_are_linearizable() {
                 let dumped = match std::env::var_os(DUMP) {
                     Some(path) => {
                         std::fs::write(&path, dump(&history)).expect("the dump file is writable");
-                        format!(" (history written to {}", path.to_string_lossy())
-                            + &format!("; replay it with {REPLAY} set to that file)")
+                        format!(
+                            " (history written to {}; replay it with {REPLAY} set to that file)",
+                            path.to_string_lossy()
+                        )
                     }
                     None => format!(" (set {DUMP} to a file to keep the history)"),
                 };

@@ -86,14 +86,14 @@ impl Model {
         }
     }
 
-    /// Where the next reservation must go: lowest slot with room, else lowest Empty slot,
-    /// else (unbounded) the first slot of a new segment as large as the table.
     /// Whether slot `index` takes a join: live (Starting or Ready) and below `max_load`.
     pub fn has_room(&self, index: usize) -> bool {
         let slot = &self.slots[index];
         matches!(slot.phase, Phase::Starting | Phase::Ready) && slot.load < self.max_load
     }
 
+    /// Where the next reservation must go: lowest slot with room, else lowest Empty slot,
+    /// else (unbounded) the first slot of a new segment as large as the table.
     pub fn next(&self) -> Option<(usize, bool)> {
         if let Some(i) = (0..self.slots.len()).find(|&i| self.has_room(i)) {
             return Some((i, false));
