@@ -617,6 +617,29 @@ async fn panics_of_user_code_are_contained() {
     assert_eq!(hooked.pool.status().size, 0);
 }
 
+/// A panic in `detach` or a destructor of an object on its way out fails no caller: the `get`
+/// that rejected the object goes on to a new one, the panic is counted, the books balance
+/// (the module docs' failure model).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_panic_closing_a_rejected_object_fails_no_caller() {
+    let f = Fixture::new(1);
+    drop(f.pool.get().await.unwrap());
+    f.ledger.panic_on_detach(0);
+    f.ledger.panic_on_drop(0);
+    f.script.recycles(&[Act::Reject]);
+    let object = f
+        .pool
+        .get()
+        .await
+        .expect("the get goes on past the rejected object");
+    assert_eq!(object.id, 1, "a new object replaced the rejected one");
+    assert!(f.ledger.was_dropped(0), "dropped all the same");
+    let stats = f.pool.stats();
+    assert_eq!((stats.panics, stats.discarded), (2, 1), "{stats:?}");
+    drop(object);
+    f.assert_balanced();
+}
+
 /// An object is `'static` and `Send`: it moves into a spawned task and comes back from there.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn objects_move_into_tasks() {

@@ -72,7 +72,7 @@ fn client_reap_vs_acquire() {
                     considered = true;
                     stamp == 0
                 });
-                (reaped, considered)
+                (reaped.into_iter().collect::<Vec<_>>(), considered)
             })
         };
         let acquired = acquirer.join().unwrap();

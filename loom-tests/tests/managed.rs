@@ -239,17 +239,17 @@ fn resize_vs_return() {
         assert_eq!(value, 1, "lowest slot first");
         let resizer = {
             let slots = Arc::clone(&slots);
-            thread::spawn(move || slots.resize(1).unwrap())
+            thread::spawn(move || slots.resize(1).unwrap().into_iter().collect::<Vec<_>>())
         };
         let mut retired = match slots.check_in(lease, value, 1) {
             CheckIn::Kept => Vec::new(),
-            CheckIn::Surplus(value) => {
+            CheckIn::Surplus(values) => {
                 reach.hit("surplus");
-                vec![value]
+                values.into_iter().collect()
             }
             CheckIn::Trimmed(values) => {
                 reach.hit("trimmed on return");
-                values
+                values.into_iter().collect()
             }
         };
         let by_resize = resizer.join().unwrap();
@@ -289,14 +289,14 @@ fn trim_vs_return_keeps_the_idle_value_visible() {
         let (held, one) = take(&slots);
         let resizer = {
             let slots = Arc::clone(&slots);
-            thread::spawn(move || slots.resize(1).unwrap())
+            thread::spawn(move || slots.resize(1).unwrap().into_iter().collect::<Vec<_>>())
         };
         let returner = {
             let slots = Arc::clone(&slots);
             thread::spawn(move || match slots.check_in(held, one, 1) {
                 CheckIn::Kept => false,
-                CheckIn::Surplus(value) => {
-                    assert_eq!(value, 1);
+                CheckIn::Surplus(values) => {
+                    assert_eq!(*values, [1]);
                     true
                 }
                 // It ran the trim pass itself: shed if its own value is among those retired.
@@ -341,7 +341,7 @@ fn resize_vs_checkout() {
         let (held, one) = take(&slots);
         let resizer = {
             let slots = Arc::clone(&slots);
-            thread::spawn(move || slots.resize(1).unwrap())
+            thread::spawn(move || slots.resize(1).unwrap().into_iter().collect::<Vec<_>>())
         };
         let mut retired = Vec::new();
         match slots.try_checkout() {
@@ -349,9 +349,9 @@ fn resize_vs_checkout() {
                 slots.occupy(&lease);
                 match slots.check_in(lease, 2, 1) {
                     CheckIn::Kept => {}
-                    CheckIn::Surplus(value) => {
+                    CheckIn::Surplus(values) => {
                         reach.hit("new shed on return");
-                        retired.push(value);
+                        retired.extend(values);
                     }
                     CheckIn::Trimmed(values) => retired.extend(values),
                 }
@@ -425,7 +425,7 @@ fn close_vs_waiters() {
         waiter.join().unwrap();
         assert!(matches!(
             slots.check_in(lease, value, 1),
-            CheckIn::Surplus(7)
+            CheckIn::Surplus(values) if *values == [7]
         ));
         assert_settled(&slots);
         assert_eq!(slots.live(), 0);
@@ -464,6 +464,7 @@ fn reap_vs_checkout() {
             (Some(8) | None, [(7, 0)]) => reach.hit("reaped"),
             other => panic!("a value was handed out twice or lost: {other:?}"),
         }
+        drop(reaped); // closed: their units of the bound go back
         assert_settled(&slots);
         assert!(slots.live() <= 1);
     });
@@ -498,6 +499,7 @@ fn lost_to_the_reaper_takes_the_next_idle_value() {
             (9, [(7, 0)]) => reach.hit("took slot 1's value past the reaped slot"),
             other => panic!("a value was handed out twice or lost: {other:?}"),
         }
+        drop(reaped); // closed: their units of the bound go back
         assert_settled(&slots);
     });
     reach.explored(2).reached_all(&[
@@ -537,10 +539,205 @@ fn retain_vs_checkout() {
             (Some(8) | None, [7]) => reach.hit("retained dropped"),
             other => panic!("a value was handed out twice or lost: {other:?}"),
         }
+        drop(removed); // closed: their units of the bound go back
         assert_settled(&slots);
         assert!(slots.live() <= 1);
     });
     reach
         .explored(2)
         .reached_all(&["retained dropped", "checkout first"]);
+}
+
+/// What a model knows of the values that exist: raised by a build, lowered by the owner's
+/// close of a retired value. A build that finds another value still alive in a table of size
+/// 1 is an overshoot of the bound.
+fn built_alone(alive: &loom::sync::atomic::AtomicUsize) {
+    let before = alive.fetch_add(1, Ordering::SeqCst);
+    assert_eq!(before, 0, "a value was built while another still existed");
+}
+
+/// Takes a value or builds one (size-1 table), counting a build in `alive`; `None` when the
+/// table had no room. The value goes back before it returns.
+fn try_take_or_build(
+    slots: &ExclusiveSlots<u32>,
+    alive: &loom::sync::atomic::AtomicUsize,
+) -> Option<bool> {
+    match slots.try_checkout() {
+        Ok(Checkout::Idle { lease, value }) => {
+            assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+            Some(false)
+        }
+        Ok(Checkout::Vacant { lease }) => {
+            built_alone(alive);
+            slots.occupy(&lease);
+            assert!(matches!(slots.check_in(lease, 8, 2), CheckIn::Kept));
+            Some(true)
+        }
+        Err(TryAcquireError::NoCapacity) => None,
+        Err(e) => panic!("unexpected {e:?}"),
+    }
+}
+
+/// A discarded value counts against the bound until its owner has closed it: size 1, value 7
+/// held and discarded (`retire_value`) while another thread tries for a value. The try may
+/// build only once the owner's close is over (the `Retired` dropped); during the close it is
+/// refused. Giving the room back at retirement (before the close) lets it build a second
+/// value beside the one still closing.
+/// Reached: a build after the close, and a refusal during it.
+#[test]
+fn a_discarded_value_counts_until_closed() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let alive = Arc::new(loom::sync::atomic::AtomicUsize::new(1));
+        let closing = Arc::new(AtomicBool::new(false));
+        let (lease, value) = take(&slots);
+        let other = {
+            let (slots, alive, closing) =
+                (Arc::clone(&slots), Arc::clone(&alive), Arc::clone(&closing));
+            thread::spawn(move || {
+                let got = try_take_or_build(&slots, &alive);
+                (got, closing.load(Ordering::SeqCst))
+            })
+        };
+        let retired = slots.retire_value(lease, value);
+        assert_eq!(*retired, [7]);
+        closing.store(true, Ordering::SeqCst);
+        // The owner's close: the value is gone, then its unit goes back.
+        alive.fetch_sub(1, Ordering::SeqCst);
+        closing.store(false, Ordering::SeqCst);
+        drop(retired);
+        match other.join().unwrap() {
+            (Some(true), _) => reach.hit("built after the close"),
+            (Some(false), _) => panic!("took a value that was held or retired"),
+            (None, during) => {
+                reach.hit_if(during, "refused during the close");
+            }
+        }
+        assert_settled(&slots);
+        assert_eq!(slots.closing(), 0);
+    });
+    reach
+        .explored(2)
+        .reached_all(&["built after the close", "refused during the close"]);
+}
+
+/// A waiter for room is woken by the end of a close: size 1, value 7 held; one thread waits
+/// for a checkout while the holder discards the value and closes it. The waiter builds only
+/// after the close, and is never left asleep (a close that ends without a wake-up: loom
+/// reports the deadlock).
+/// Reached: the waiter slept and was woken by the close's end.
+#[test]
+fn the_end_of_a_close_wakes_a_waiter() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let alive = Arc::new(loom::sync::atomic::AtomicUsize::new(1));
+        let (lease, value) = take(&slots);
+        let waiter = {
+            let alive = Arc::clone(&alive);
+            spawn_waiter(&slots, move |slots, checkout, waited| {
+                match checkout {
+                    Ok(Checkout::Vacant { lease }) => {
+                        built_alone(&alive);
+                        slots.occupy(&lease);
+                        assert!(matches!(slots.check_in(lease, 8, 2), CheckIn::Kept));
+                    }
+                    other => panic!("a build was due, got {other:?}"),
+                }
+                waited
+            })
+        };
+        let retired = slots.retire_value(lease, value);
+        alive.fetch_sub(1, Ordering::SeqCst);
+        drop(retired);
+        let waited = waiter.join().unwrap();
+        reach.hit_if(waited, "woken by the close's end");
+        assert_settled(&slots);
+    });
+    reach.explored(2).reached("woken by the close's end");
+}
+
+/// A reaped value counts until the reaper's owner has closed it: size 1, value 7 idle; a
+/// reaper pass races a try. The try takes the value (the reaper then finds nothing), or is
+/// refused while the reaped value is closing, or builds after the close.
+/// Reached: all three.
+#[test]
+fn a_reaped_value_counts_until_closed() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let alive = Arc::new(loom::sync::atomic::AtomicUsize::new(1));
+        let other = {
+            let (slots, alive) = (Arc::clone(&slots), Arc::clone(&alive));
+            thread::spawn(move || try_take_or_build(&slots, &alive))
+        };
+        let reaped = slots.reap(|_| true);
+        let count = reaped.len();
+        if count == 1 {
+            alive.fetch_sub(1, Ordering::SeqCst);
+        }
+        drop(reaped);
+        match (other.join().unwrap(), count) {
+            (Some(false), 0) => reach.hit("taken before the reap"),
+            (Some(false), 1) => {} // taken and returned before the reaper looked
+            (Some(true), 1) => reach.hit("built after the close"),
+            (None, 1) => reach.hit("refused during the close"),
+            other => panic!("a value was lost or built beside another: {other:?}"),
+        }
+        assert_settled(&slots);
+    });
+    reach.explored(2).reached_all(&[
+        "taken before the reap",
+        "built after the close",
+        "refused during the close",
+    ]);
+}
+
+/// A shrink grown back at once does not free the room of a surplus value still closing:
+/// size 1, value 7 held; the table is shrunk to 0, then the holder returns the value (its
+/// surplus) while another thread grows the table back to 1 and tries. The try builds only
+/// after the surplus value's close.
+/// Reached: a build after the close, and a refusal during it.
+#[test]
+fn a_surplus_value_counts_until_closed_across_a_regrowth() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let alive = Arc::new(loom::sync::atomic::AtomicUsize::new(1));
+        let closing = Arc::new(AtomicBool::new(false));
+        let (lease, value) = take(&slots);
+        assert!(
+            slots.resize(0).unwrap().is_empty(),
+            "nothing idle to retire"
+        );
+        let other = {
+            let (slots, alive, closing) =
+                (Arc::clone(&slots), Arc::clone(&alive), Arc::clone(&closing));
+            thread::spawn(move || {
+                assert!(slots.resize(1).unwrap().is_empty());
+                let got = try_take_or_build(&slots, &alive);
+                (got, closing.load(Ordering::SeqCst))
+            })
+        };
+        match slots.check_in(lease, value, 1) {
+            CheckIn::Surplus(retired) => {
+                assert_eq!(*retired, [7]);
+                closing.store(true, Ordering::SeqCst);
+                alive.fetch_sub(1, Ordering::SeqCst);
+                closing.store(false, Ordering::SeqCst);
+                drop(retired);
+            }
+            // Grown back first: the value stays.
+            CheckIn::Kept => {}
+            CheckIn::Trimmed(retired) => panic!("nothing else was idle: {retired:?}"),
+        }
+        match other.join().unwrap() {
+            (Some(true), _) => reach.hit("built after the close"),
+            (Some(false), _) => {}
+            (None, during) => {
+                reach.hit_if(during, "refused during the close");
+            }
+        }
+        assert_settled(&slots);
+    });
+    reach
+        .explored(2)
+        .reached_all(&["built after the close", "refused during the close"]);
 }

@@ -351,16 +351,14 @@ impl Default for Counters {
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
-        let clients = self
-            .slots
-            .reap(|_| true)
-            .into_iter()
-            .map(|(pooled, _)| pooled);
-        self.dispose(clients);
+        self.dispose(self.slots.reap(|_| true).map_values(|(pooled, _)| pooled));
     }
 
     /// Drops clients the pool does not keep (closed or over its bound), releasing their
-    /// channels now. A client's destructor is user code: a panic in it is contained.
+    /// channels now. A client's destructor is user code: a panic in it is contained. Each
+    /// client counts against the pool's bound until it is dropped (a retired one's room goes
+    /// back when `clients`, a [`Retired`](crate::exclusive::Retired), is dropped after the
+    /// loop).
     fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>) {
         let now = self.time.clock.now();
         for pooled in clients {
@@ -492,7 +490,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
             let Pooled {
                 client, channel, ..
             } = pooled;
-            drop(client);
+            crate::panic::drop_guarded(client);
             // The channel was last used when the client was: nested reaping (module docs).
             channel.release_last_used(self.time.latest(stamp, now_ns));
         }
@@ -740,9 +738,8 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
             CheckIn::Kept => {}
             // Closed (or over the bound) before or while we returned it: the clients that
             // came back are dropped here (module docs, Lifetimes).
-            CheckIn::Surplus(pooled) => shared.dispose([pooled]),
-            CheckIn::Trimmed(clients) => shared.dispose(clients),
-        }
+            CheckIn::Surplus(clients) | CheckIn::Trimmed(clients) => shared.dispose(clients),
+        };
     }
 }
 

@@ -18,10 +18,15 @@
 //!   slot's room bit set and a return finds it set, so neither touches the bitmap unless a
 //!   caller tripped over the stale bit in between (the slot table's module docs tell why no
 //!   waiter can miss a release that way).
-//! * The **bound**, one cache line with two words: `live`, the values that exist (claimed
-//!   for building, built, idle or in use, until retired), and `size`, the most that may.
-//!   Opening a new slot first takes a unit of `live` with a CAS below `size`; retiring a
-//!   slot gives it back. Checkouts and returns of existing values never write it.
+//! * The **bound**, one cache line with three words: `live`, the values in slots (claimed
+//!   for building, built, idle or in use, until retired), `closing`, the values retired from
+//!   their slots that their owner is still closing (a database connection being detached
+//!   and dropped), and `size`, the most values that may exist. Opening a new slot first
+//!   takes a unit of `live` with a CAS that finds `live + closing` below `size`; retiring a
+//!   slot's value moves its unit to `closing`, and the owner gives it back once the value is
+//!   closed (dropping the [`Retired`] the table handed it), so **a value counts against the
+//!   bound until it is gone**, not until it left its slot. Checkouts and returns of existing
+//!   values never write the bound.
 //! * Next to each slot (on the slot's own cache line, which the table's CAS has just brought
 //!   to the owner's core) an [`ExclusiveCell`] holds the idle value in an `UnsafeCell`
 //!   (**whoever holds the slot's unit of load has exclusive access to it**: the checked CAS
@@ -48,8 +53,9 @@
 //! waiters **hands its slot over** to the oldest one without freeing it (the load stays 1, the
 //! value is in the cell): a caller that never waited cannot take it first. A waiter dropped
 //! just as a slot was handed to it passes the slot to the next waiter (or frees it); a waiter
-//! dropped after a plain wake-up passes the wake-up on. Retiring a slot frees a unit of
-//! `live` and wakes the oldest waiter to build.
+//! dropped after a plain wake-up passes the wake-up on. Retiring an empty slot (a failed
+//! build) frees a unit of `live` at once and wakes the oldest waiter to build; retiring a
+//! value frees its unit once the owner has closed the value.
 //!
 //! # Return, shrinking and closing
 //!
@@ -117,8 +123,22 @@
 //! INVARIANT: the cell holds a value exactly while the slot is Ready with load 0 and its idle
 //! word is not `Empty` (outside the few instructions of a hand-over); it is `None` while a
 //! holder or a builder owns the value, and after a reap, retirement or failed build.
-//! INVARIANT: `live` counts the slots claimed for a value and not yet retired, and only ever
-//! rises by a CAS that finds it below `size`.
+//! INVARIANT: `live` counts the slots claimed for a value and not yet retired, `closing` the
+//! retired values not yet closed by their owner; `live` only ever rises by a CAS that finds
+//! `live + closing` below `size`, and a retirement raises `closing` before it lowers `live`,
+//! so that sum never reads low: **values that exist never outnumber `size`** (except just
+//! after a shrink, until the surplus is retired).
+//!
+//! # Closing values: the owner's half
+//!
+//! Every path that takes a value out of the table for good ([`ExclusiveSlots::retire_value`],
+//! [`CheckIn::Surplus`] and [`CheckIn::Trimmed`], [`ExclusiveSlots::trim`],
+//! [`ExclusiveSlots::resize`], [`ExclusiveSlots::retain`], [`ExclusiveSlots::reap`]) hands
+//! the values over in a [`Retired`], which holds their units of `closing`. Dropping it drops
+//! the values still in it first, then gives the units back (waking a waiter per unit);
+//! iterating it by value hands the values out and gives the units back when the iterator is
+//! dropped, after the loop that closed them. An opener that finds the bound full meanwhile
+//! waits for that wake-up like any other.
 //!
 //! # Closing
 //!
@@ -358,23 +378,142 @@ pub enum Checkout<T> {
 
 /// What became of a value handed to [`ExclusiveSlots::check_in`].
 #[derive(Debug)]
-#[must_use = "values that come back must be dropped by the caller"]
-pub enum CheckIn<T> {
+#[must_use = "values that come back must be closed by the caller"]
+pub enum CheckIn<'a, T> {
     /// Back in its slot, idle (or handed to the oldest waiter).
     Kept,
     /// Not kept: the table holds more values than its size (it was shrunk, or closed), so
-    /// the slot was retired and its unit of the live count given back. Drop the value.
-    Surplus(T),
+    /// the slot was retired. The value (the one [`Retired`] holds) counts against the bound
+    /// until the caller has closed it and dropped the `Retired`.
+    Surplus(Retired<'a, T>),
     /// Kept, but the table was shrunk or closed while the value went back, and this return
     /// ran the trimming pass itself: these idle values (this one among them, perhaps) were
-    /// retired and are the caller's to drop.
-    Trimmed(Vec<T>),
+    /// retired and are the caller's to close.
+    Trimmed(Retired<'a, T>),
 }
 
-impl<T> CheckIn<T> {
+impl<T> CheckIn<'_, T> {
     /// Whether the value stayed in the table.
     pub fn is_kept(&self) -> bool {
         !matches!(self, CheckIn::Surplus(_))
+    }
+}
+
+/// Values a table retired, each still counted against its bound (a unit of `closing`, see
+/// the [module documentation](self#closing-values-the-owners-half)) until the caller is done
+/// with it: dropping a `Retired` drops the values still in it, then gives their units back;
+/// iterating it by value hands them out and gives the units back when the iterator is
+/// dropped. Derefs to the values.
+#[must_use = "retired values count against the bound until this is dropped"]
+pub struct Retired<'a, T, V = T> {
+    /// Dropped before `closing` (field order): the values are gone before their units.
+    values: Vec<V>,
+    closing: Closing<'a, T>,
+}
+
+/// Units of `closing` held for retired values; given back on drop.
+struct Closing<'a, T> {
+    slots: &'a ExclusiveSlots<T>,
+    units: usize,
+}
+
+impl<T> Drop for Closing<'_, T> {
+    fn drop(&mut self) {
+        self.slots.end_closing(self.units);
+    }
+}
+
+impl<'a, T, V> Retired<'a, T, V> {
+    fn new(slots: &'a ExclusiveSlots<T>) -> Self {
+        Retired {
+            values: Vec::new(),
+            closing: Closing { slots, units: 0 },
+        }
+    }
+
+    /// Adds a value whose unit was moved to `closing`.
+    fn push(&mut self, value: V) {
+        self.values.push(value);
+        self.closing.units += 1;
+    }
+
+    /// The values.
+    pub fn as_slice(&self) -> &[V] {
+        &self.values
+    }
+
+    /// The units of the bound these values still hold.
+    pub fn units(&self) -> usize {
+        self.closing.units
+    }
+
+    /// The same values (and units) through `f`.
+    pub fn map_values<W>(self, f: impl FnMut(V) -> W) -> Retired<'a, T, W> {
+        let Retired { values, closing } = self;
+        Retired {
+            values: values.into_iter().map(f).collect(),
+            closing,
+        }
+    }
+}
+
+impl<T, V> std::ops::Deref for Retired<'_, T, V> {
+    type Target = [V];
+
+    fn deref(&self) -> &[V] {
+        &self.values
+    }
+}
+
+impl<'a, T, V> IntoIterator for Retired<'a, T, V> {
+    type Item = V;
+    type IntoIter = RetiredIter<'a, T, V>;
+
+    fn into_iter(self) -> RetiredIter<'a, T, V> {
+        RetiredIter {
+            values: self.values.into_iter(),
+            closing: self.closing,
+        }
+    }
+}
+
+impl<T, V: fmt::Debug> fmt::Debug for Retired<'_, T, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retired")
+            .field("values", &self.values)
+            .field("units", &self.closing.units)
+            .finish()
+    }
+}
+
+/// The values of a [`Retired`], by value; their units of the bound go back when this is
+/// dropped (after the loop that closed them).
+pub struct RetiredIter<'a, T, V = T> {
+    /// Dropped before `closing` (field order).
+    values: std::vec::IntoIter<V>,
+    closing: Closing<'a, T>,
+}
+
+impl<T, V> Iterator for RetiredIter<'_, T, V> {
+    type Item = V;
+
+    fn next(&mut self) -> Option<V> {
+        self.values.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.values.size_hint()
+    }
+}
+
+impl<T, V> ExactSizeIterator for RetiredIter<'_, T, V> {}
+
+impl<T, V> fmt::Debug for RetiredIter<'_, T, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetiredIter")
+            .field("left", &self.values.len())
+            .field("units", &self.closing.units)
+            .finish()
     }
 }
 
@@ -408,11 +547,15 @@ pub struct ExclusiveCounts {
 /// The live count and its bound (module docs, "The parts"). One cache line: a return reads
 /// both, and only opening or retiring a slot writes `live`.
 struct Bound {
-    /// Values that exist: slots claimed for a value and not yet retired. INVARIANT: rises
-    /// only by a CAS that finds it below `size`; falls exactly once per retired slot.
+    /// Values in slots: claimed for a value and not yet retired. INVARIANT: rises only by a
+    /// CAS that finds `live + closing` below `size`; falls exactly once per retired slot.
     live: AtomicUsize,
     /// The most values that may exist; `usize::MAX` when unbounded, 0 once closed.
     size: AtomicUsize,
+    /// Values retired from their slots that their owner has not closed yet (units held by a
+    /// [`Retired`]). INVARIANT: raised before the retirement lowers `live`, lowered only when
+    /// the owner is done with the value.
+    closing: AtomicUsize,
 }
 
 /// The exclusive-value protocol the [`ClientPool`] and the managed [`Pool`] are built on: a
@@ -448,6 +591,7 @@ impl<T> ExclusiveSlots<T> {
             bound: CachePadded::new(Bound {
                 live: AtomicUsize::new(0),
                 size: AtomicUsize::new(size),
+                closing: AtomicUsize::new(0),
             }),
             reaping: Mutex::new(()),
         })
@@ -596,12 +740,18 @@ impl<T> ExclusiveSlots<T> {
         }
     }
 
-    /// Takes a unit of `live` if that keeps it within `size`.
+    /// Takes a unit of `live` if that keeps the values that exist (`live + closing`) within
+    /// `size`.
+    ///
+    /// `closing` is loaded after `live` and the CAS succeeds only if `live` did not move in
+    /// between: a retirement raises `closing` before it lowers `live`, so a sum taken while
+    /// `live` stood still never misses a value that is still closing.
     fn take_live(&self) -> bool {
         let bound = &self.bound;
         let mut live = bound.live.load(Ordering::SeqCst);
         loop {
-            if live >= bound.size.load(Ordering::SeqCst) {
+            let closing = bound.closing.load(Ordering::SeqCst);
+            if live.saturating_add(closing) >= bound.size.load(Ordering::SeqCst) {
                 return false;
             }
             match bound.live.compare_exchange_weak(
@@ -623,6 +773,52 @@ impl<T> ExclusiveSlots<T> {
         let before = self.bound.live.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(before > 0, "the live count went below zero");
         self.table.gate().notify_one();
+    }
+
+    /// Moves a retired slot's unit from `live` to `closing`, raising `closing` first (see
+    /// [`ExclusiveSlots::take_live`]).
+    fn live_to_closing(&self) {
+        self.bound.closing.fetch_add(1, Ordering::SeqCst);
+        let before = self.bound.live.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "the live count went below zero");
+    }
+
+    /// [`ExclusiveSlots::claim_surplus`] that keeps the claimed unit in `closing` (raised
+    /// first, as in [`ExclusiveSlots::live_to_closing`]): true if this caller is to retire one
+    /// value, whose [`Retired`] then holds the unit.
+    #[cold]
+    fn claim_surplus_closing(&self) -> bool {
+        self.bound.closing.fetch_add(1, Ordering::SeqCst);
+        if self.claim_surplus() {
+            return true;
+        }
+        // Nothing to retire: the raise stood for no value. Openers that saw it found no room
+        // anyway (a claim is tried only above the bound), but whoever waits rechecks.
+        self.end_closing(1);
+        false
+    }
+
+    /// Takes back a claim of [`ExclusiveSlots::claim_surplus_closing`] whose value could not
+    /// be taken after all: the unit returns to `live` (over the bound, where openers find no
+    /// room) before it leaves `closing`.
+    #[cold]
+    fn unclaim_surplus_closing(&self) {
+        self.unclaim_surplus();
+        self.end_closing(1);
+    }
+
+    /// The owner closed `units` retired values: their units of `closing` go back, each
+    /// waking the oldest waiter to build (our RMW, then the gate's load, as in
+    /// [`ExclusiveSlots::give_live_back`]).
+    fn end_closing(&self, units: usize) {
+        if units == 0 {
+            return;
+        }
+        let before = self.bound.closing.fetch_sub(units, Ordering::SeqCst);
+        debug_assert!(before >= units, "the closing count went below zero");
+        for _ in 0..units {
+            self.table.gate().notify_one();
+        }
     }
 
     /// Takes a unit of `live` back only while it is above `size` (a retirement the bound asks
@@ -763,11 +959,13 @@ impl<T> ExclusiveSlots<T> {
     /// releases the lease, or retires the slot if the table holds more values than its size.
     /// See [`CheckIn`] for what the caller must do with values that come back.
     #[inline]
-    pub fn check_in(&self, lease: Lease, value: T, stamp: u64) -> CheckIn<T> {
-        if self.over_bound() && self.claim_surplus() {
+    pub fn check_in(&self, lease: Lease, value: T, stamp: u64) -> CheckIn<'_, T> {
+        if self.over_bound() && self.claim_surplus_closing() {
             trace_transition!("exclusive: surplus {}", lease.index());
             self.retire_slot(lease);
-            return CheckIn::Surplus(value);
+            let mut retired = Retired::new(self);
+            retired.push(value);
+            return CheckIn::Surplus(retired);
         }
         self.put_back(lease, value, stamp);
         // Our release (SeqCst RMW) before these loads; `resize` and `close` store `size`
@@ -792,11 +990,23 @@ impl<T> ExclusiveSlots<T> {
         self.table.release(lease.reservation);
     }
 
-    /// Gives the slot up without a value (discarded, failed to build): the slot drains and
-    /// returns to Empty, and its unit of the live count goes back (waking a waiter to build).
+    /// Gives the slot up without a value (failed to build, or a value the caller no longer
+    /// has): the slot drains and returns to Empty, and its unit of the live count goes back
+    /// at once (waking a waiter to build).
     pub fn retire(&self, lease: Lease) {
         self.retire_slot(lease);
         self.give_live_back();
+    }
+
+    /// Gives the slot up with the caller's `value` (discarded, expired): the slot drains and
+    /// returns to Empty, and the value counts against the bound until the caller has closed
+    /// it and dropped the returned [`Retired`].
+    pub fn retire_value(&self, lease: Lease, value: T) -> Retired<'_, T> {
+        let mut retired = Retired::new(self);
+        self.live_to_closing();
+        self.retire_slot(lease);
+        retired.push(value);
+        retired
     }
 
     /// Retires the leased slot; its unit of `live` is the caller's to account for.
@@ -818,11 +1028,11 @@ impl<T> ExclusiveSlots<T> {
     ///
     /// # Errors
     /// [`ConfigError::TooLarge`]`("resize")` above [`MAX_SIZE`].
-    pub fn resize(&self, size: usize) -> Result<Vec<T>, ConfigError> {
+    pub fn resize(&self, size: usize) -> Result<Retired<'_, T>, ConfigError> {
         let size = Self::check_size("resize", size)?;
         let _serialised = self.reaping.lock();
         if self.table.is_closed() {
-            return Ok(Vec::new());
+            return Ok(Retired::new(self));
         }
         let old = self.bound.size.swap(size, Ordering::SeqCst);
         trace_transition!("exclusive: resize {} -> {}", old, size);
@@ -834,7 +1044,7 @@ impl<T> ExclusiveSlots<T> {
                 }
                 self.table.gate().notify_one();
             }
-            return Ok(Vec::new());
+            return Ok(Retired::new(self));
         }
         // Our store (SeqCst RMW) before the pass's loads of the slot words: Dekker with
         // `check_in`, which releases its slot and then loads the bound.
@@ -850,39 +1060,44 @@ impl<T> ExclusiveSlots<T> {
         }
     }
 
-    /// Values that exist now (built, being built, idle or in use): the live count.
+    /// Values that exist now (built, being built, idle or in use, or retired and still
+    /// being closed by their owner): the live count plus the closing count.
     pub fn live(&self) -> usize {
-        self.bound.live.load(Ordering::SeqCst)
+        let live = self.bound.live.load(Ordering::SeqCst);
+        live + self.bound.closing.load(Ordering::SeqCst)
+    }
+
+    /// Retired values their owners are still closing (held by a [`Retired`]).
+    pub fn closing(&self) -> usize {
+        self.bound.closing.load(Ordering::SeqCst)
     }
 
     /// Retires idle values while more exist than the bound allows, highest slot first (all of
-    /// them once closed); returns them to be dropped.
-    pub fn trim(&self) -> Vec<T> {
+    /// them once closed); returns them to be closed.
+    pub fn trim(&self) -> Retired<'_, T> {
         let _serialised = self.reaping.lock();
         self.trim_serialised()
     }
 
-    fn trim_serialised(&self) -> Vec<T> {
+    fn trim_serialised(&self) -> Retired<'_, T> {
         if self.table.is_closed() {
             return self
                 .reap_serialised(|_| true)
-                .into_iter()
-                .map(|(value, _)| value)
-                .collect();
+                .map_values(|(value, _)| value);
         }
-        let mut retired = Vec::new();
+        let mut retired = Retired::new(self);
         for index in self.idle_indices().into_iter().rev() {
             // The unit first, then the value: the value stays idle (a checkout may still take
             // it) until the surplus is ours. Taking the value first and putting it back when a
             // return met the bound meanwhile left a moment with the value out and no room, in
             // which a try reported no capacity beside a value that was idle before and after.
-            if !self.claim_surplus() {
+            if !self.claim_surplus_closing() {
                 // The bound is met (a return may have retired its own value).
                 break;
             }
             let Some((lease, value)) = self.take_at(index) else {
                 // Checked out (or gone) since the snapshot: the unit stays with its value.
-                self.unclaim_surplus();
+                self.unclaim_surplus_closing();
                 continue;
             };
             trace_transition!("exclusive: trimmed {}", index);
@@ -897,27 +1112,31 @@ impl<T> ExclusiveSlots<T> {
     /// the others' slots are retired and the values returned to be dropped. Values in use are
     /// not visited.
     ///
-    /// If `keep` panics, the value it was asked about is dropped with the unwinding and its
-    /// slot retired (pools catch their users' panics before they reach here).
-    pub fn retain(&self, mut keep: impl FnMut(&mut T) -> bool) -> Vec<T> {
-        let mut removed = Vec::new();
+    /// If `keep` panics, the value it was asked about is dropped with the unwinding and then
+    /// its slot retired (pools catch their users' panics before they reach here).
+    pub fn retain(&self, mut keep: impl FnMut(&mut T) -> bool) -> Retired<'_, T> {
+        let mut removed = Retired::new(self);
         for index in self.idle_indices() {
-            let Some((lease, mut value)) = self.take_at(index) else {
+            let Some((lease, value)) = self.take_at(index) else {
                 continue;
             };
             let mut held = Held {
                 slots: self,
-                lease: Some(lease),
+                held: Some((lease, value)),
             };
-            let kept = keep(&mut value);
-            let Some(lease) = held.lease.take() else {
+            let Some((_, value)) = held.held.as_mut() else {
+                continue;
+            };
+            let kept = keep(value);
+            let Some((lease, value)) = held.held.take() else {
                 continue;
             };
             if kept {
                 self.restore(lease, value);
             } else {
-                self.retire(lease);
                 removed.push(value);
+                self.live_to_closing();
+                self.retire_slot(lease);
             }
         }
         removed
@@ -963,19 +1182,22 @@ impl<T> ExclusiveSlots<T> {
     /// One reaper pass: removes every idle value whose stamp `expired` accepts and returns
     /// each with its stamp (for the caller to drop outside any slot operation). An acquire or a
     /// check-in racing the pass wins (module docs).
-    pub fn reap(&self, mut expired: impl FnMut(u64) -> bool) -> Vec<(T, u64)> {
+    pub fn reap(&self, mut expired: impl FnMut(u64) -> bool) -> Retired<'_, T, (T, u64)> {
         self.reap_by(|stamps| expired(stamps.idle_since))
     }
 
     /// [`ExclusiveSlots::reap`] whose predicate sees the slot, the idle stamp and the birth
     /// stamp of each idle value, lowest slot first.
-    pub fn reap_by(&self, expired: impl FnMut(IdleStamps) -> bool) -> Vec<(T, u64)> {
+    pub fn reap_by(&self, expired: impl FnMut(IdleStamps) -> bool) -> Retired<'_, T, (T, u64)> {
         let _serialised = self.reaping.lock();
         self.reap_serialised(expired)
     }
 
-    fn reap_serialised(&self, mut expired: impl FnMut(IdleStamps) -> bool) -> Vec<(T, u64)> {
-        let mut reaped = Vec::new();
+    fn reap_serialised(
+        &self,
+        mut expired: impl FnMut(IdleStamps) -> bool,
+    ) -> Retired<'_, T, (T, u64)> {
+        let mut reaped = Retired::new(self);
         self.table.for_each_slot(|index, slot| {
             let word = slot.word();
             if word.phase() != Phase::Ready || word.load() != 0 {
@@ -1045,11 +1267,18 @@ impl<T> ExclusiveSlots<T> {
             let value = unsafe { cell.take() };
             // INVARIANT: only the winner of the idle word retires an idle value's slot, so
             // the generation is the one we read.
-            self.table.begin_drain(index, word.generation());
             trace_transition!("exclusive: reaped {}", index);
-            self.give_live_back();
-            if let Some(value) = value {
-                reaped.push((value, current.stamp()));
+            match value {
+                Some(value) => {
+                    // The unit stays with the value until its owner has closed it.
+                    self.live_to_closing();
+                    self.table.begin_drain(index, word.generation());
+                    reaped.push((value, current.stamp()));
+                }
+                None => {
+                    self.table.begin_drain(index, word.generation());
+                    self.give_live_back();
+                }
             }
         });
         reaped
@@ -1134,16 +1363,17 @@ impl<T> fmt::Debug for ExclusiveSlots<T> {
     }
 }
 
-/// A slot taken by [`ExclusiveSlots::retain`] while the caller's predicate runs: retired if
-/// the predicate unwinds.
+/// A slot and its value taken by [`ExclusiveSlots::retain`] while the caller's predicate
+/// runs: if the predicate unwinds, the value is dropped and then its slot retired.
 struct Held<'a, T> {
     slots: &'a ExclusiveSlots<T>,
-    lease: Option<Lease>,
+    held: Option<(Lease, T)>,
 }
 
 impl<T> Drop for Held<'_, T> {
     fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
+        if let Some((lease, value)) = self.held.take() {
+            drop(value);
             self.slots.retire(lease);
         }
     }

@@ -45,6 +45,8 @@ pub struct Ledger {
     drops: Mutex<HashMap<u64, u32>>,
     /// Ids whose connection panics when dropped.
     panic_on_drop: Mutex<Vec<u64>>,
+    /// Ids whose connection's `detach` panics.
+    panic_on_detach: Mutex<Vec<u64>>,
 }
 
 impl Ledger {
@@ -76,6 +78,11 @@ impl Ledger {
     /// Makes connection `id` panic when it is dropped.
     pub fn panic_on_drop(&self, id: u64) {
         self.panic_on_drop.lock().unwrap().push(id);
+    }
+
+    /// Makes the manager's `detach` of connection `id` panic.
+    pub fn panic_on_detach(&self, id: u64) {
+        self.panic_on_detach.lock().unwrap().push(id);
     }
 }
 
@@ -229,8 +236,17 @@ impl Manager for Scripted {
         }
     }
 
-    fn detach(&self, _: &mut Conn) {
+    fn detach(&self, conn: &mut Conn) {
         self.ledger.detaches.fetch_add(1, Ordering::SeqCst);
+        if self
+            .ledger
+            .panic_on_detach
+            .lock()
+            .unwrap()
+            .contains(&conn.id)
+        {
+            panic!("detach of connection {} panics", conn.id);
+        }
     }
 }
 

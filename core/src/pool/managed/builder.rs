@@ -65,7 +65,8 @@ impl<M: Manager> PoolBuilder<M> {
         }
     }
 
-    /// The most objects that exist at once (idle, in use, or being created); `get` waits
+    /// The most objects that exist at once (idle, in use, being created, or being closed:
+    /// an object the pool drops counts until its `detach` and destructor are done); `get` waits
     /// when all exist and none is idle. Change it at run time with [`Pool::resize`].
     /// Default: four per CPU core (as deadpool).
     pub fn max_size(mut self, max_size: usize) -> Self {

@@ -135,8 +135,9 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Drops a new object that never entered the pool (a hook rejected it).
-    fn drop_object(&self, mut object: M::Type) {
+    /// Detaches and drops an object, each step under a panic guard (a panic is counted and
+    /// logged): a new one that never entered the pool (a hook rejected it), or one leaving it.
+    pub(super) fn drop_object(&self, mut object: M::Type) {
         if let Err(panic) = catch(|| self.manager.detach(&mut object)) {
             self.panicked(Step::Detach, &panic);
         }

@@ -89,12 +89,21 @@
 //!   `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
 //!   creates: it never fails the `get` by itself (a panic does: the caller learns of the bug).
 //! * A failed **create** gives its room back at once and fails the `get` that ran it.
-//! * **Panics** in the manager, the hooks, a predicate or a destructor are caught where the
-//!   pool calls the code (never a second panic), logged once, and become
-//!   [`PoolError::Panicked`] for the caller they touched; the object is dropped and its room
-//!   given back.
+//! * **Panics** of user code are caught where the pool calls it (never a second panic),
+//!   logged once and counted in [`Stats::panics`]. A panic in `create`, `recycle` or a hook
+//!   becomes [`PoolError::Panicked`] for the `get` that ran it; the object is dropped and
+//!   its room given back. A panic in [`Manager::detach`], an object's destructor or a
+//!   `retain` predicate comes while the object is on its way out: that object is dropped
+//!   all the same and the panic fails no caller (a `get` that rejected the object goes on
+//!   with the next one, a reaper pass or `retain` carries on).
 //! * Every object is accounted for: idle, in use, or dropped exactly once ([`Stats`] says
 //!   why).
+//! * **`max_size` is a hard limit on objects that exist**, for a database its
+//!   `max_connections`: an object the pool drops (rejected, expired, reaped, retained out,
+//!   surplus) counts against it until its [`Manager::detach`] and its destructor are done.
+//!   Only then does its room go back and wake a waiter to create.
+//!   [`Object::take`] is the exception the caller asks for: the object leaves the pool after
+//!   its `detach`, and the caller owns it from then on.
 //!
 //! # Cancellation, at each await of a `get`
 //!
@@ -155,7 +164,7 @@ use stats::Counters;
 use time::RecentClock;
 
 use crate::error::TryAcquireError;
-use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
+use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, Retired};
 use crate::panic::{catch, report, Panic};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering};
 
@@ -758,41 +767,49 @@ impl<M: Manager> Shared<M> {
         );
     }
 
-    /// Drops an object the caller holds (rejected or expired): its room goes back first.
+    /// Drops an object the caller holds (rejected or expired). It counts against `max_size`
+    /// until it is closed: its room goes back after its detach and its drop.
     fn discard(&self, lease: Lease, pooled: Pooled<M>, why: Gone) {
-        self.slots.retire(lease);
-        self.dispose([pooled], why);
+        self.dispose(self.slots.retire_value(lease, pooled), why);
     }
 
-    /// Drops objects that left the pool (their slots already retired): detach, then drop,
-    /// each under a panic guard; counts them and wakes the background task to top up.
-    fn dispose(&self, objects: impl IntoIterator<Item = Pooled<M>>, why: Gone) {
-        let mut count = 0u64;
-        for pooled in objects {
-            count += 1;
-            let Pooled { mut object, .. } = pooled;
-            if let Err(panic) = catch(|| self.manager.detach(&mut object)) {
-                self.panicked(Step::Detach, &panic);
-            }
-            if let Err(panic) = catch(move || drop(object)) {
-                self.panicked(Step::Detach, &panic);
-            }
-        }
-        if count == 0 {
+    /// Closes objects that left the pool (their slots retired, their room still held by
+    /// `objects`): detach, then drop, each under a panic guard, and count each; the room goes
+    /// back once all are closed (when `objects` is dropped at the end of the loop). Wakes
+    /// the background task to top `min_idle` up.
+    fn dispose(&self, objects: Retired<'_, Pooled<M>>, why: Gone) {
+        self.dispose_each(objects, |_| why);
+    }
+
+    /// [`Shared::dispose`], with the reason told for each object.
+    fn dispose_each(&self, objects: Retired<'_, Pooled<M>>, why: impl Fn(&Pooled<M>) -> Gone) {
+        if objects.is_empty() {
             return;
         }
-        let counter = match why {
-            Gone::Discarded => &self.counters.discarded,
-            Gone::Expired => &self.counters.expired,
-            Gone::Reaped => &self.counters.reaped,
-            Gone::Surplus => &self.counters.surplus,
-            Gone::RetainedOut => &self.counters.retained_out,
-        };
-        counter.add(count);
-        tracing::debug!(objects = count, why = ?why, "objects dropped");
+        for pooled in objects {
+            let gone = why(&pooled);
+            self.close_object(pooled);
+            let counter = match gone {
+                Gone::Discarded => &self.counters.discarded,
+                Gone::Expired => &self.counters.expired,
+                Gone::Reaped => &self.counters.reaped,
+                Gone::Surplus => &self.counters.surplus,
+                Gone::RetainedOut => &self.counters.retained_out,
+            };
+            counter.incr();
+            tracing::debug!(why = ?gone, "object dropped");
+        }
         if self.config.min_idle > 0 {
             self.maintain.notify_one();
         }
+    }
+
+    /// Detaches and drops one object, each step under a panic guard (a panic is counted and
+    /// logged, and fails no caller: the object was on its way out).
+    fn close_object(&self, pooled: Pooled<M>) {
+        let Pooled { object, anchor } = pooled;
+        self.drop_object(object);
+        drop(anchor);
     }
 
     /// Takes an object back from its holder: into its slot idle (or to the oldest waiter),
@@ -813,8 +830,9 @@ impl<M: Manager> Shared<M> {
         anchor.returned.store(stamp, Ordering::Relaxed);
         match self.slots.check_in(lease, pooled, stamp) {
             CheckIn::Kept => {}
-            CheckIn::Surplus(pooled) => self.dispose([pooled], Gone::Surplus),
-            CheckIn::Trimmed(objects) => self.dispose(objects, Gone::Surplus),
+            CheckIn::Surplus(objects) | CheckIn::Trimmed(objects) => {
+                self.dispose(objects, Gone::Surplus);
+            }
         }
     }
 
@@ -835,23 +853,20 @@ impl<M: Manager> Shared<M> {
             lifetime || idle
         });
         let count = reaped.len();
-        let (aged, idle): (Vec<_>, Vec<_>) = reaped
-            .into_iter()
-            .map(|(pooled, _)| pooled)
-            .partition(|pooled| self.expired(pooled.stamps(), now));
-        self.dispose(aged, Gone::Expired);
-        self.dispose(idle, Gone::Reaped);
+        self.dispose_each(reaped.map_values(|(pooled, _)| pooled), |pooled| {
+            if self.expired(pooled.stamps(), now) {
+                Gone::Expired
+            } else {
+                Gone::Reaped
+            }
+        });
         count
     }
 
     /// Closes the pool (see [`Pool::close`]).
     fn close(&self) {
         self.slots.close();
-        let idle = self
-            .slots
-            .reap(|_| true)
-            .into_iter()
-            .map(|(pooled, _)| pooled);
+        let idle = self.slots.reap(|_| true).map_values(|(pooled, _)| pooled);
         self.dispose(idle, Gone::Surplus);
     }
 

@@ -9,7 +9,8 @@ pub struct Status {
     /// The most objects that may exist ([`Pool::resize`](super::Pool::resize); 0 once
     /// closed).
     pub max_size: usize,
-    /// Objects that exist: idle, in use, or being created.
+    /// Objects that exist: idle, in use, being created, or being closed (an object the pool
+    /// dropped counts until its `detach` and its destructor are done).
     pub size: usize,
     /// Idle objects.
     pub available: usize,
@@ -25,7 +26,9 @@ pub struct Status {
 /// object is counted once in exactly one of `discarded`, `expired`, `reaped`, `surplus`,
 /// `retained_out` or `detached`:
 /// `created == size + discarded + expired + reaped + surplus + retained_out + detached`
-/// once nothing is being created (objects being created count in `size` before `created`).
+/// once nothing is being created or closed (objects being created count in `size` before
+/// `created`; an object being closed counts in `size` until its close ends, and in its
+/// counter from just before).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// The gauges.
