@@ -5,6 +5,60 @@
 //! waiting takes no lock. The pools built on it share streams, channels, clients, blocking
 //! threads and sessions among many callers; every protocol under them is checked with loom.
 //!
+//! # Quick start
+//!
+//! A managed pool, for what services pool with deadpool or bb8 (database connections,
+//! clients): a [`Manager`](managed::Manager) says how to create an object (and, optionally, how
+//! to check one before reuse); the pool hands out objects that go back on drop.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use slotpool::managed::{Manager, Pool, PoolError};
+//!
+//! /// A stand-in for a database client.
+//! struct Conn { queries: u64 }
+//!
+//! struct Connector;
+//! impl Manager for Connector {
+//!     type Type = Conn;
+//!     type Error = Infallible;
+//!     async fn create(&self) -> Result<Conn, Infallible> {
+//!         Ok(Conn { queries: 0 })
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = Pool::builder(Connector).max_size(16).build()?;
+//!
+//! let mut conn = pool.get().await?;   // or try_get(), get_timeout(d)
+//! conn.queries += 1;                  // derefs to your object
+//! drop(conn);                         // back to the pool
+//!
+//! match pool.get_timeout(Duration::from_millis(50)).await {
+//!     Ok(conn) => assert_eq!(conn.queries, 1, "the same connection came back"),
+//!     Err(PoolError::Timeout { step, .. }) => println!("timed out in {step}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every pool, and the example in the repository's `core/examples/` that runs it:
+//!
+//! | you share | pool | example |
+//! | --- | --- | --- |
+//! | objects checked out alone: connections, clients | [`managed::Pool`] (and, with the `postgres` feature, a manager for tokio-postgres in `managed::postgres`) | `managed`, `postgres` |
+//! | bidirectional streams carrying many requests at once | [`stream::StreamPool`] | `stream` |
+//! | blocking-pool threads, a share per operation family | [`keyed::Keyed`] | `keyed` |
+//! | one live connection per session id | [`session::SessionPool`] | `session` |
+//! | HTTP/2 channels and exclusive clients over them | [`channel::ChannelPool`], [`client::ClientPool`] | their module docs |
+//!
+//! Run one with `cargo run -p slotpool --example stream` (`--features postgres` for
+//! `postgres`). The features: `metrics` (every pool's stats through the `metrics` facade),
+//! `tonic` (lazy tonic channels and a bidi stream connector), `postgres`.
+//!
 //! # The map
 //!
 //! The crate is in layers, and imports only run downward: the ground, the protocols (no

@@ -44,11 +44,11 @@
 //! default 150), `SLOTPOOL_SHUTTLE_SEED` (run that one seed only), `SLOTPOOL_SHUTTLE_SCHEDULER`
 //! (`random`, `pct` or `both`, the default) and `SLOTPOOL_SHUTTLE_PCT_DEPTH` (default 3). It
 //! prints each seed before running it; a failure prints shuttle's encoded schedule, which
-//! `SLOTPOOL_SHUTTLE_REPLAY=<schedule>` replays exactly (the README's Proofs section shows the
-//! commands).
+//! `SLOTPOOL_SHUTTLE_REPLAY=<schedule>` replays exactly (`docs/proofs.md` in the repository
+//! shows the commands).
 //!
 //! Every model runs at `LOOM_MAX_PREEMPTIONS=3` in CI (`.ci/run`); bound 4 is for runs on
-//! demand (see the README's Proofs section). The mutation suite in `mutants/` plants bugs one
+//! demand (see `docs/proofs.md`). The mutation suite in `mutants/` plants bugs one
 //! at a time and checks that some model, test, fuzz replay or shuttle test catches each.
 
 use std::collections::BTreeMap;
