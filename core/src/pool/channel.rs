@@ -263,8 +263,9 @@ impl<C: ChannelConnector> ChannelShared<C> {
             self.counters.reaps.add(count as u64);
             tracing::debug!(reaped = count, "reaped idle channels");
         }
-        // The channels close here, outside any slot operation.
-        drop(reaped);
+        // The channels close here, outside any slot operation; a channel's destructor is the
+        // connector's code, so a panic in it is contained (the reaper carries on).
+        crate::panic::drop_guarded(reaped);
         count
     }
 }
