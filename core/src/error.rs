@@ -126,3 +126,59 @@ pub enum ConfigError {
     #[error("missing `{0}`")]
     Missing(&'static str),
 }
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::{AcquireError, Closed, ConfigError, Reach, TryAcquireError};
+
+    #[test]
+    fn only_a_request_that_was_not_sent_is_safe_to_retry() {
+        assert!(Reach::NotSent.retry_is_safe());
+        assert!(!Reach::MaybeApplied.retry_is_safe());
+    }
+
+    #[test]
+    fn reach_says_what_it_means_for_a_retry() {
+        assert_eq!(Reach::NotSent.to_string(), "not sent, safe to retry");
+        assert_eq!(Reach::MaybeApplied.to_string(), "may have been applied");
+    }
+
+    #[test]
+    fn an_acquire_never_sends_anything() {
+        let waited = Duration::from_millis(5);
+        for error in [
+            AcquireError::Closed,
+            AcquireError::Timeout { waited },
+            AcquireError::Unavailable {
+                retry_after: waited,
+            },
+        ] {
+            assert_eq!(error.reach(), Reach::NotSent, "{error}");
+        }
+    }
+
+    #[test]
+    fn closed_converts_to_the_closed_variants() {
+        assert_eq!(AcquireError::from(Closed), AcquireError::Closed);
+        assert_eq!(TryAcquireError::from(Closed), TryAcquireError::Closed);
+    }
+
+    #[test]
+    fn config_errors_name_the_setting() {
+        assert_eq!(
+            ConfigError::Zero("max_size").to_string(),
+            "`max_size` must be at least 1"
+        );
+        assert_eq!(
+            ConfigError::TooLarge {
+                name: "resize",
+                value: 9,
+                max: 8
+            }
+            .to_string(),
+            "`resize` is 9, above the maximum 8"
+        );
+    }
+}

@@ -547,7 +547,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     ///
     /// # Errors
     /// [`ClientError::Closed`] once the pool is closed, [`ClientError::Make`] if building
-    /// failed (the slot and channel share are freed first).
+    /// failed, [`ClientError::Panicked`] if the factory panicked building it, and
+    /// [`ClientError::Channel`] if no channel could be had for it (the channel connector
+    /// panicked); in each failure the slot and channel share are freed first.
     pub async fn acquire(self: &Arc<Self>) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
         let shared = &self.shared;
         // First a plain try, as the wait's first poll would make, without its machinery.
