@@ -224,6 +224,11 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    println!("wrote {} and {}", args.json.display(), args.svg.display());
+    print!("\n{}", report::summary(&records));
+    println!(
+        "results: {} (every record), {} (the chart)",
+        args.json.display(),
+        args.svg.display()
+    );
     ExitCode::SUCCESS
 }

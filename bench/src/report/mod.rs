@@ -1,7 +1,8 @@
 //! Reporting: what one implementation measured in one case ([`Record`]), the harness that
 //! measures it ([`interleave`]: every implementation of a case in the same process,
 //! interleaved, several times, the median of the repeats), and the three ways a run is shown:
-//! a plain-text table ([`table`], and [`scaling_summary`] for `--scaling`), the records as
+//! a plain-text table ([`table`], a one-line-per-case [`summary`], and [`scaling_summary`] for
+//! `--scaling`), the records as
 //! JSON ([`write_json`]) and an SVG chart of the ratios ([`ratios_svg`]).
 //!
 //! Absolute times from one run are not comparable with another run on a shared machine; the
@@ -29,7 +30,7 @@ pub use harness::{
     interleave, median, merge_waits, split, wait_histogram, Runner, Sample, Settings,
 };
 pub use json::write_json;
-pub use table::{scaling_summary, table};
+pub use table::{scaling_summary, summary, table};
 
 /// One implementation's result for one case.
 #[derive(Debug, Clone, Serialize)]

@@ -1,5 +1,6 @@
-//! The plain-text tables printed at the end of a run: one block per case ([`table`]) and, for
-//! `--scaling`, one line per case and worker count ([`scaling_summary`]).
+//! The plain-text tables printed at the end of a run: one block per case ([`table`]), one
+//! line per case with the ratio that matters ([`summary`]) and, for `--scaling`, one line per
+//! case and worker count ([`scaling_summary`]).
 
 use std::fmt::Write as _;
 
@@ -84,4 +85,128 @@ pub fn scaling_summary(records: &[Record]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Baselines that are not pools a user would pick but the least a step can cost: the
+/// floor, a bare tokio `Semaphore` permit, a hand-rolled semaphore-and-mutex pool, no pool.
+fn is_baseline(impl_name: &str) -> bool {
+    matches!(
+        impl_name,
+        "floor" | "tokio-semaphore" | "semaphore-mutex" | "no-pool" | "no-pool-rotating"
+    )
+}
+
+/// Implementations that are neither slotpool, a reference design nor a baseline: the pools a
+/// user would otherwise pick (deadpool, bb8, ...).
+fn peers<'a>(records: &'a [Record], case: &str) -> impl Iterator<Item = &'a Record> + 'a {
+    let case = case.to_string();
+    records.iter().filter(move |r| {
+        r.case == case
+            && r.impl_name != "slotpool"
+            && !is_baseline(&r.impl_name)
+            && !r.impl_name.starts_with("reference")
+    })
+}
+
+/// One line per case with the ratios that matter: how many times faster slotpool is than the
+/// case's reference design (`reference/slotpool`) and than the fastest pool a user would pick
+/// instead (`peer/slotpool`; below 1× the peer was faster), and where the case measures a
+/// baseline, slotpool's time over the first one's (`slotpool/floor`: how far above the least
+/// the step can cost). Above 1× in the first two means slotpool took less time.
+pub fn summary(records: &[Record]) -> String {
+    let mut out = String::from(
+        "summary (ratios within this run; above 1x: slotpool took less time per operation)\n",
+    );
+    for case in cases(records) {
+        let Some(slot) = find(records, case, "slotpool") else {
+            continue;
+        };
+        let mut parts = Vec::new();
+        if let Some(reference) = reference_of(records, case) {
+            parts.push(format!(
+                "{reference}/slotpool {}",
+                fmt_ratio(ratio(records, case, reference, "slotpool"))
+            ));
+        }
+        let fastest = peers(records, case)
+            .filter(|r| r.ns_per_op.is_finite() && r.ns_per_op > 0.0)
+            .min_by(|a, b| a.ns_per_op.total_cmp(&b.ns_per_op));
+        if let Some(peer) = fastest {
+            parts.push(format!(
+                "fastest peer {}/slotpool {}",
+                peer.impl_name,
+                fmt_ratio(Some(peer.ns_per_op / slot.ns_per_op))
+            ));
+        }
+        let baseline = records
+            .iter()
+            .find(|r| r.case == case && is_baseline(&r.impl_name));
+        if let Some(baseline) = baseline {
+            parts.push(format!(
+                "slotpool/{} {}",
+                baseline.impl_name,
+                fmt_ratio(ratio(records, case, "slotpool", &baseline.impl_name))
+            ));
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {case:<36} {:>10} ns/op  {}",
+            fmt_ns(slot.ns_per_op),
+            parts.join("; ")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(case: &str, impl_name: &str, ns_per_op: f64) -> Record {
+        Record {
+            case: case.to_string(),
+            impl_name: impl_name.to_string(),
+            ns_per_op,
+            p50_ns: None,
+            p99_ns: None,
+            p999_ns: None,
+            max_ns: None,
+            ops: 1,
+            repeats: 1,
+        }
+    }
+
+    #[test]
+    fn the_summary_gives_each_case_the_ratio_that_matters() {
+        let records = [
+            record("stream/uncontended", "slotpool", 12.0),
+            record("stream/uncontended", "reference", 150.0),
+            record("stream/uncontended", "floor", 10.0),
+            record("managed/uncontended", "slotpool", 60.0),
+            record("managed/uncontended", "deadpool", 180.0),
+            record("managed/uncontended", "tokio-semaphore", 40.0),
+            record("managed/uncontended", "bb8", 200.0),
+            record("e2e/concurrency-1", "reference", 80.0),
+        ];
+        let summary = summary(&records);
+        let lines: Vec<&str> = summary.lines().skip(1).collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "a case without slotpool has no line: {summary}"
+        );
+        assert!(lines[0].starts_with("  stream/uncontended"), "{summary}");
+        assert!(
+            lines[0].ends_with("reference/slotpool 12.50×; slotpool/floor 1.20×"),
+            "{summary}"
+        );
+        assert!(
+            lines[1]
+                .ends_with("fastest peer deadpool/slotpool 3.00×; slotpool/tokio-semaphore 1.50×"),
+            "{summary}"
+        );
+    }
 }
