@@ -148,6 +148,13 @@ mod tests {
     }
 
     #[test]
+    fn a_panic_shows_what_it_said() {
+        let panic = Panic::new("connector broke");
+        assert_eq!(panic.to_string(), "panicked: connector broke");
+        assert_eq!(format!("{panic:?}"), "Panic(\"connector broke\")");
+    }
+
+    #[test]
     fn messages_of_str_and_string_payloads_are_kept() {
         quiet(|| {
             assert_eq!(catch(|| panic!("plain")).unwrap_err().message(), "plain");
