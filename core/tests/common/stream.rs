@@ -232,6 +232,8 @@ pub struct Script {
     /// When set, each connect waits for one permit.
     hold: Option<Arc<Semaphore>>,
     connects: Arc<AtomicUsize>,
+    /// Connect futures that exist now: polled once and not yet dropped.
+    live_connects: Arc<AtomicUsize>,
     streams: mpsc::UnboundedSender<ServerStream>,
     faults: Arc<Faults>,
 }
@@ -257,6 +259,7 @@ impl Script {
                 fail_next: Arc::new(AtomicUsize::new(0)),
                 hold: None,
                 connects: Arc::new(AtomicUsize::new(0)),
+                live_connects: Arc::new(AtomicUsize::new(0)),
                 streams: tx,
                 faults: Arc::new(Faults::default()),
             },
@@ -287,6 +290,12 @@ impl Script {
     /// Connects attempted so far (failed ones included, held ones once they proceed).
     pub fn connects(&self) -> usize {
         self.connects.load(Ordering::SeqCst)
+    }
+
+    /// Connect futures that exist now (polled at least once and not dropped): a connect the
+    /// pool gave up on is dropped, not left running.
+    pub fn live_connects(&self) -> usize {
+        self.live_connects.load(Ordering::SeqCst)
     }
 
     /// A builder over this script with every setting at its default.
@@ -332,6 +341,7 @@ impl Connector for TestConnector {
             script.faults.inject("connect call");
         }
         async move {
+            let _live = LiveConnect::new(&script.live_connects);
             if let Some(hold) = &script.hold {
                 hold.acquire()
                     .await
@@ -373,6 +383,22 @@ impl Connector for TestConnector {
                 faults: Arc::clone(&script.faults),
             })
         }
+    }
+}
+
+/// Counts one connect future in [`Script::live_connects`] while it exists.
+struct LiveConnect(Arc<AtomicUsize>);
+
+impl LiveConnect {
+    fn new(live: &Arc<AtomicUsize>) -> Self {
+        live.fetch_add(1, Ordering::SeqCst);
+        LiveConnect(Arc::clone(live))
+    }
+}
+
+impl Drop for LiveConnect {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

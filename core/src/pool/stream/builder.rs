@@ -187,6 +187,8 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
         let (shutdown, _) = watch::channel(false);
         let clock = self.settings.clock_or(quanta::Clock::new);
         let base = clock.now();
+        let timers = (self.open_timeout.is_some() || self.stall_timeout.is_some())
+            && super::deadline::timers_available();
         let shared = Arc::new(Shared {
             table,
             connector: self.connector,
@@ -197,6 +199,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
             idle_timeout: self.settings.idle_timeout,
             open_timeout: self.open_timeout,
             stall_timeout: self.stall_timeout,
+            timers,
             counters: Counters::default(),
             breaker: self.settings.breaker(),
             min_streams: self.min_streams,

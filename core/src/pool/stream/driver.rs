@@ -41,9 +41,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use futures_core::Stream;
 
+use super::deadline::StallWatch;
 use super::routing::Routing;
 use super::{Incarnation, Outbound, Pending, RequestError, Shared, Stop, StreamConnector, BUSY};
 use crate::error::Reach;
@@ -68,6 +70,10 @@ pub(super) struct Driver<C: StreamConnector> {
     probe: bool,
     /// What the driver last stored in the incarnation's `activity` (see there).
     activity: u64,
+    /// When the stream must have opened, on tokio's clock (`deadline.rs`); `None`: no timer.
+    open_deadline: Option<Instant>,
+    /// The stall deadline, when the stream has a `stall_timeout` and the runtime timers.
+    stall: Option<StallWatch>,
     /// Set once [`Driver::finish`] ran: everything held has been failed and released.
     finished: bool,
 }
@@ -154,7 +160,8 @@ enum End<E> {
     Failed(Option<Arc<E>>),
     /// The inbound half panicked.
     Panicked(Panic),
-    /// The reaper found the stream stalled.
+    /// Requests were outstanding and nothing arrived for `stall_timeout` (the driver's timer
+    /// said so, or the reaper's pass).
     Stalled,
     /// The reaper retired the slot, or the pool was dropped.
     Stopped,
@@ -195,8 +202,13 @@ impl<C: StreamConnector> Driver<C> {
         incarnation: Arc<Incarnation<C>>,
         requests: mpsc::UnboundedReceiver<Pending<C>>,
         probe: bool,
+        open_deadline: Option<Instant>,
     ) {
         let shutdown = shared.shutdown.subscribe();
+        let stall = shared
+            .stall_timeout
+            .filter(|_| shared.timers)
+            .map(StallWatch::new);
         let driver = Driver {
             shared: Arc::clone(shared),
             index: reservation.index(),
@@ -207,6 +219,8 @@ impl<C: StreamConnector> Driver<C> {
             routing: Routing::new(),
             probe,
             activity: 0,
+            open_deadline,
+            stall,
             finished: false,
         };
         let owner = Arc::clone(shared);
@@ -290,6 +304,9 @@ impl<C: StreamConnector> Driver<C> {
                 let incarnation = Arc::clone(&self.incarnation);
                 let mut stopped = pin!(incarnation.stop.notified());
                 let mut shutting_down = pin!(shutdown.wait_for(|stop| *stop));
+                // Fixed at the stream's start, so a driver that first ran late still fails
+                // its callers at the deadline.
+                let mut open_timer = pin!(self.open_deadline.map(tokio::time::sleep_until));
                 poll_fn(|cx| {
                     if incarnation.stop_reasons() & Stop::OPEN_TIMED_OUT != 0 {
                         return Poll::Ready(Opening::TimedOut);
@@ -316,6 +333,13 @@ impl<C: StreamConnector> Driver<C> {
                         }
                     }
                     self.poll_queued(cx);
+                    // Polled on every wake-up while connecting (a rare state): a poll that
+                    // tokio's budget refuses wakes the task again.
+                    if let Some(timer) = open_timer.as_mut().as_pin_mut() {
+                        if timer.poll(cx).is_ready() {
+                            return Poll::Ready(Opening::TimedOut);
+                        }
+                    }
                     Poll::Pending
                 })
                 .await
@@ -326,7 +350,8 @@ impl<C: StreamConnector> Driver<C> {
             Opening::Opened(inbound) => {
                 let inbound = Contained::new(inbound);
                 if !self.incarnation.opened() {
-                    // The reaper timed the opening out just before the connect finished.
+                    // The reaper's pass (the backstop) timed the opening out just before the
+                    // connect finished.
                     if let Err(panic) = inbound.dispose() {
                         self.shared.counters.panics.incr();
                         panic::report("stream inbound (drop)", &panic);
@@ -417,7 +442,7 @@ impl<C: StreamConnector> Driver<C> {
         for pending in std::mem::take(&mut self.queued) {
             self.routing.forward(&self.shared, pending, out_tx);
         }
-        self.publish_activity(false);
+        self.note_activity(false);
         // Built once and kept across wake-ups. Polling a pending `Notified` (or the watch's)
         // takes its Notify's lock, so they are polled only to register this task's waker (the
         // first time, and if the waker ever changes); on every other wake-up two atomic loads
@@ -432,6 +457,11 @@ impl<C: StreamConnector> Driver<C> {
         let shutdown_probe = shutdown.clone();
         let shutting_down = shutdown.wait_for(|stop| *stop);
         tokio::pin!(stopped, shutting_down);
+        // The stall timer (`deadline.rs`): made once, unset until the watch sets it.
+        let mut stall_timer = pin!(self
+            .stall
+            .is_some()
+            .then(|| tokio::time::sleep_until(Instant::now())));
         let mut registered: Option<std::task::Waker> = None;
         poll_fn(|cx| {
             let reasons = incarnation.stop_reasons();
@@ -441,7 +471,8 @@ impl<C: StreamConnector> Driver<C> {
             if reasons & Stop::REAPED != 0 || shutdown_probe.has_changed().unwrap_or(true) {
                 return Poll::Ready(End::Stopped);
             }
-            if !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            let new_waker = !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+            if new_waker {
                 if stopped.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(if incarnation.stop_reasons() & Stop::STALLED != 0 {
                         End::Stalled
@@ -454,7 +485,18 @@ impl<C: StreamConnector> Driver<C> {
                 }
                 registered = Some(cx.waker().clone());
             }
-            self.poll_serve(cx, inbound, out_tx)
+            if let Poll::Ready(end) = self.poll_serve(cx, inbound, out_tx) {
+                return Poll::Ready(end);
+            }
+            // After the wake-up's work, so that what just arrived counts as activity.
+            if let (Some(watch), Some(timer)) =
+                (self.stall.as_mut(), stall_timer.as_mut().as_pin_mut())
+            {
+                if watch.stalled(timer, cx, new_waker) {
+                    return Poll::Ready(End::Stalled);
+                }
+            }
+            Poll::Pending
         })
         .await
     }
@@ -514,7 +556,7 @@ impl<C: StreamConnector> Driver<C> {
                 }
             }
         }
-        self.publish_activity(received);
+        self.note_activity(received);
         if !drained {
             // Out of budget with more, perhaps, on either half: come back after the other
             // tasks on this worker.
@@ -523,8 +565,17 @@ impl<C: StreamConnector> Driver<C> {
         Poll::Pending
     }
 
-    /// Publishes the stall check's view of this stream: whether requests are outstanding, and
-    /// a count bumped when anything was `received` (see
+    /// After a wake-up's work: tells the stall watch (the driver's timer) and the reaper's
+    /// backstop whether requests are outstanding and whether anything was `received`.
+    fn note_activity(&mut self, received: bool) {
+        if let Some(stall) = self.stall.as_mut() {
+            stall.note(!self.routing.is_empty(), received);
+        }
+        self.publish_activity(received);
+    }
+
+    /// Publishes the view of this stream that the reaper's stall check (the backstop) reads:
+    /// whether requests are outstanding, and a count bumped when anything was `received` (see
     /// [`Incarnation::activity`](super::Incarnation)); one store, and only on a change.
     fn publish_activity(&mut self, received: bool) {
         let busy = u64::from(!self.routing.is_empty());

@@ -112,6 +112,7 @@ use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, P
 
 mod builder;
 mod connector;
+mod deadline;
 mod driver;
 mod guard;
 mod routing;
@@ -248,6 +249,9 @@ struct Shared<C: StreamConnector> {
     open_timeout: Option<Duration>,
     /// How long a stream with requests outstanding may receive nothing; `None`: for ever.
     stall_timeout: Option<Duration>,
+    /// The runtime has tokio's time driver: each driver arms its own open and stall timers
+    /// (`deadline.rs`). Without it only the reaper's pass checks them.
+    timers: bool,
     counters: Counters,
     /// Consulted only when a reservation claims a slot (a spin-up).
     breaker: Breaker,
@@ -676,6 +680,7 @@ impl<C: StreamConnector> Shared<C> {
     fn spin_up(self: &Arc<Self>, reservation: Reservation, probe: bool) {
         let (tx, rx) = mpsc::unbounded_channel();
         let started = self.now_nanos(self.clock.now());
+        let open_deadline = deadline::open_deadline(self.open_timeout, self.timers);
         let incarnation = Arc::new(Incarnation::new(reservation.generation(), tx, started));
         self.table.with_slot(reservation.index(), |slot| {
             let current = &slot.data().current;
@@ -693,7 +698,7 @@ impl<C: StreamConnector> Shared<C> {
         });
         self.counters.spin_ups.incr();
         tracing::debug!(slot = reservation.index(), "stream spin-up");
-        Driver::spawn(self, reservation, incarnation, rx, probe);
+        Driver::spawn(self, reservation, incarnation, rx, probe, open_deadline);
     }
 
     fn now_nanos(&self, now: quanta::Instant) -> u64 {
