@@ -19,11 +19,15 @@
 //!
 //! # Hung peers
 //!
-//! The driver arms no timer. The reaper's pass (in the parent module) sets a bit in the
-//! incarnation's `stop_reasons` and wakes the driver, which fails the stream: `OPEN_TIMED_OUT`
-//! while connecting (decided against the driver's own `OPENED` bit by whichever is set first),
-//! `STALLED` while serving. For the stall check the driver publishes its `activity` once per
-//! wake-up that changed it.
+//! The driver keeps the stream's two deadlines on tokio's timer (`deadline.rs`): while
+//! connecting it polls an open timer fixed at the stream's start beside the connect, and while
+//! serving a [`StallWatch`] moves a stall timer with the stream's activity; either fails the
+//! stream when it fires, whatever the reaper's interval. The reaper's pass (in the parent
+//! module) is the backstop: it sets a bit in the incarnation's `stop_reasons` and wakes the
+//! driver, which fails the stream the same way: `OPEN_TIMED_OUT` while connecting (decided
+//! against the driver's own `OPENED` bit by whichever is set first), `STALLED` while serving.
+//! For the backstop's stall check the driver publishes its `activity` once per wake-up that
+//! changed it.
 //!
 //! # Cancelled requests while connecting
 //!
@@ -430,7 +434,7 @@ impl<C: StreamConnector> Driver<C> {
     }
 
     /// Serves an open stream until it ends: routes responses, forwards requests, and watches
-    /// for the reaper's stop and the pool's shutdown.
+    /// its stall timer, the reaper's stop and the pool's shutdown.
     async fn serve(
         &mut self,
         inbound: &mut C::Inbound,
@@ -451,7 +455,9 @@ impl<C: StreamConnector> Driver<C> {
         // seen by it (`notify_one` leaves a permit; `wait_for` checks the value first), and one
         // that lands after it wakes this task, whose next poll sees the bits or the version.
         // While serving, only the reaper's stop and stall notify (the open timeout is over:
-        // `OPENED` is set), so a fired `Notified` means one of their bits is set.
+        // `OPENED` is set), so a fired `Notified` means one of their bits is set. The stall
+        // timer follows the same rule (`StallWatch::stalled`): polled to register, otherwise
+        // one load of its state.
         let incarnation = Arc::clone(&self.incarnation);
         let stopped = incarnation.stop.notified();
         let shutdown_probe = shutdown.clone();
