@@ -332,3 +332,53 @@ async fn a_stream_retired_by_a_timeout_lets_go_of_its_resources_at_once() {
     settle_until("the slot is free", || pool.stats().table.empty == 1).await;
     assert_eq!(pool.stats().reaps, 0, "nothing waited for the reaper");
 }
+
+/// In a runtime built without tokio's time driver the drivers can arm no timer: the pool still
+/// builds, and the reaper's pass on the pool's clock (here by hand, on the mock) fires both
+/// deadlines, the backstop the docs describe.
+#[test]
+fn without_the_time_driver_the_reapers_pass_fires_both_deadlines() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let time = MockTime::new();
+    let second = Duration::from_secs(1);
+    runtime.block_on(async {
+        let (script, _) = Script::echo();
+        let (script, _hold) = script.held();
+        let pool = reaped(script.sized(1, 4), &time, Reaping::Off)
+            .open_timeout(Some(5 * second))
+            .build()
+            .expect("builds without the time driver");
+        let guard = pool.acquire().await.unwrap();
+        let mut send = pin!(guard.send(Req::new(1)));
+        assert!(poll_once(send.as_mut()).is_pending());
+        common::run_spawned().await;
+        time.advance(5 * second);
+        pool.reap(time.now());
+        assert!(matches!(
+            outcome("the pass fires the open timeout", send).await,
+            Err(RequestError::OpenTimeout { .. })
+        ));
+
+        let (script, mut streams) = Script::manual();
+        let pool = reaped(script.sized(1, 4), &time, Reaping::Off)
+            .stall_timeout(Some(5 * second))
+            .build()
+            .expect("builds without the time driver");
+        let guard = pool.acquire().await.unwrap();
+        let mut send = pin!(guard.send(Req::new(1)));
+        assert!(poll_once(send.as_mut()).is_pending());
+        let mut server = streams.recv().await.unwrap();
+        server.next_request().await.unwrap();
+        common::run_spawned().await;
+        pool.reap(time.now());
+        time.advance(5 * second);
+        pool.reap(time.now());
+        assert!(matches!(
+            outcome("the pass fires the stall", send).await,
+            Err(RequestError::Stalled { .. })
+        ));
+        assert_eq!(pool.stats().stalls, 1);
+    });
+}
