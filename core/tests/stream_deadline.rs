@@ -275,7 +275,9 @@ async fn responses_move_the_stall_deadline_and_quiet_idle_streams_never_stall() 
 /// idle reaping comes round (here never: the reaper runs hourly and the idle timeout is an
 /// hour): a stream that never opened drops its connect future, and a stalled one drops both
 /// of its halves, so the peer sees its request stream end and its response channel close; the
-/// slot is free at once.
+/// slot is free at once. What is dropped can tell the stream was retired as hung
+/// (`Retirement::hung`, what the tonic integration discards the stream's client on); a stream
+/// that ended any other way is not.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_stream_retired_by_a_timeout_lets_go_of_its_resources_at_once() {
     let time = MockTime::new();
@@ -302,6 +304,11 @@ async fn a_stream_retired_by_a_timeout_lets_go_of_its_resources_at_once() {
         script.live_connects() == 0
     })
     .await;
+    assert_eq!(
+        script.hung_drops(),
+        1,
+        "the connect future saw it was retired as hung"
+    );
     settle_until("the slot is free", || pool.stats().table.empty == 1).await;
     // The stall timeout: both halves go.
     let (script, mut streams) = Script::manual();
@@ -331,6 +338,21 @@ async fn a_stream_retired_by_a_timeout_lets_go_of_its_resources_at_once() {
     );
     settle_until("the slot is free", || pool.stats().table.empty == 1).await;
     assert_eq!(pool.stats().reaps, 0, "nothing waited for the reaper");
+    assert_eq!(
+        script.hung_drops(),
+        1,
+        "the inbound half saw it was retired as hung"
+    );
+    // A stream the peer ends is not retired as hung.
+    let (server, _) = common::stream::answer_on_new_stream(&pool, &mut streams, 2).await;
+    server.fail("the peer goes away");
+    drop(server);
+    settle_until("the ended stream's slot is free", || {
+        pool.stats().table.empty == 1
+    })
+    .await;
+    assert_eq!(pool.stats().stream_failures, 2);
+    assert_eq!(script.hung_drops(), 1, "an ended stream is not hung");
 }
 
 /// In a runtime built without tokio's time driver the drivers can arm no timer: the pool still

@@ -240,17 +240,23 @@ impl<C: StreamConnector> Driver<C> {
 
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let retirement = super::Retirement::default();
         let outbound = Outbound {
             rx: out_rx,
             stream_index: Some(self.index),
+            retirement: retirement.clone(),
         };
-        let Some(mut inbound) = self.open(outbound, &mut shutdown).await else {
+        let Some(mut inbound) = self.open(outbound, &retirement, &mut shutdown).await else {
             return;
         };
         let end = match inbound.0.as_mut() {
             Some(stream) => self.serve(stream, &out_tx, shutdown).await,
             None => End::Stopped,
         };
+        if matches!(end, End::Stalled) {
+            // Before the halves go, so that what they hold for the stream can tell.
+            retirement.set_hung();
+        }
         drop(out_tx);
         if let Err(panic) = inbound.dispose() {
             self.shared.counters.panics.incr();
@@ -297,6 +303,7 @@ impl<C: StreamConnector> Driver<C> {
     async fn open(
         &mut self,
         outbound: Outbound<C::Request>,
+        retirement: &super::Retirement,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<Contained<C::Inbound>> {
         // The connect future borrows the connector: from a handle of its own, so that the
@@ -311,7 +318,7 @@ impl<C: StreamConnector> Driver<C> {
                 // Fixed at the stream's start, so a driver that first ran late still fails
                 // its callers at the deadline.
                 let mut open_timer = pin!(self.open_deadline.map(tokio::time::sleep_until));
-                poll_fn(|cx| {
+                let opening = poll_fn(|cx| {
                     if incarnation.stop_reasons() & Stop::OPEN_TIMED_OUT != 0 {
                         return Poll::Ready(Opening::TimedOut);
                     }
@@ -346,7 +353,13 @@ impl<C: StreamConnector> Driver<C> {
                     }
                     Poll::Pending
                 })
-                .await
+                .await;
+                if matches!(opening, Opening::TimedOut) {
+                    // Before the connect future goes (at the end of this block), so that what
+                    // it holds for the stream can tell.
+                    retirement.set_hung();
+                }
+                opening
             }
             Err(panic) => Opening::Panicked(panic),
         };
@@ -356,6 +369,7 @@ impl<C: StreamConnector> Driver<C> {
                 if !self.incarnation.opened() {
                     // The reaper's pass (the backstop) timed the opening out just before the
                     // connect finished.
+                    retirement.set_hung();
                     if let Err(panic) = inbound.dispose() {
                         self.shared.counters.panics.incr();
                         panic::report("stream inbound (drop)", &panic);

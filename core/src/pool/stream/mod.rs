@@ -63,7 +63,9 @@
 //!   (`deadline.rs`), so no timer is armed per request and the acquire and send paths read no
 //!   clock. An open timeout counts as a connect failure for the circuit breaker, a stall as a
 //!   stream failure. A stream retired by either lets go at once of what it held (the connect
-//!   future, or both halves of the stream), not at idle reaping.
+//!   future, or both halves of the stream), not at idle reaping, and marks itself hung first
+//!   ([`Retirement`]), so that what its connector keeps for it (the `tonic` integration's
+//!   client) is closed rather than reused.
 //! * Whatever the failure, the slot drains and returns to Empty when its last unit of load is
 //!   released; the next acquire opens a new stream there. Other streams are not disturbed.
 //! * Per-request failures belong inside the response type (a status field), so one bad
