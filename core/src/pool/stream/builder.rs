@@ -65,8 +65,9 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
     settings::setters! {
         idle_timeout: "How long a stream may sit with nothing in flight before the reaper closes \
                        it. Default: 10 s.";
-        reap_interval: "How often the background reaper runs [`StreamPool::reap`]. Default: \
-                        every second.";
+        reap_interval: "How often the background reaper runs [`StreamPool::reap`]: it paces \
+                        idle reaping; `open_timeout` and `stall_timeout` do not wait for it (each \
+                        stream's driver times them). Default: every second.";
         clock: "The clock idle time and the breaker's backoff are measured with (the open and \
                 stall timeouts run on tokio's timer; the reaper's backstop for them reads this \
                 clock). Default: `quanta::Clock::new()`.";
