@@ -552,3 +552,69 @@ async fn nested_reaping_closes_streams_then_clients_then_channels() {
     })
     .await;
 }
+
+/// A stream the stream pool retires as hung discards its client at once instead of giving it
+/// back: after a stall, and after an open that never finishes, the client pool holds no client
+/// (none idle, waiting for its reaper with a share of the connection to the hung peer) and
+/// counts each as discarded; then the stack serves again on a new client. The timeouts are
+/// 200 ms on tokio's real clock (no background reaper: the streams' own timers fire them);
+/// nothing here asserts on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_retired_as_hung_discards_its_client_at_once() {
+    let server = server().await;
+    let (config, _mock) = mock_config();
+    let stack = stack(
+        &server,
+        StackConfig {
+            max_queue_depth: 1,
+            open_timeout: Some(Duration::from_millis(200)),
+            stall_timeout: Some(Duration::from_millis(200)),
+            ..config
+        },
+    );
+    server.stall();
+    let call = spawn_get(&stack, 1, 3);
+    guarded("the request is held", server.wait_held(1)).await;
+    match join(call).await {
+        Err(PageError::Request(RequestError::Stalled { .. })) => {}
+        other => panic!("expected a stall, got {other:?}"),
+    }
+    eventually("the stream lets go of its client", || {
+        stack.clients.stats().in_use == 0
+    })
+    .await;
+    let clients = stack.clients.stats();
+    assert_eq!(
+        clients.discards, 1,
+        "the stalled stream's client is discarded: {clients:?}"
+    );
+    assert_eq!((clients.clients, clients.idle), (0, 0), "{clients:?}");
+    server.release();
+
+    server.hold_opens();
+    let call = spawn_get(&stack, 2, 3);
+    guarded("the open is held", server.wait_held_opens(1)).await;
+    match join(call).await {
+        Err(PageError::Request(RequestError::OpenTimeout { .. })) => {}
+        other => panic!("expected an open timeout, got {other:?}"),
+    }
+    eventually("the stream lets go of its client", || {
+        stack.clients.stats().in_use == 0
+    })
+    .await;
+    let clients = stack.clients.stats();
+    assert_eq!(
+        clients.discards, 2,
+        "the unopened stream's client is discarded: {clients:?}"
+    );
+    assert_eq!((clients.clients, clients.idle), (0, 0), "{clients:?}");
+    server.release_opens();
+
+    let response = join(spawn_get(&stack, 3, 3)).await.expect("served again");
+    assert_eq!(status(&response), StatusCode::Ok);
+    assert_eq!(
+        stack.clients.stats().discards,
+        2,
+        "a healthy stream keeps its client"
+    );
+}

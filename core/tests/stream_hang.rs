@@ -2,7 +2,11 @@
 //! that takes requests and never answers is declared hung after `stall_timeout`, callers that
 //! give up on an opening stream give their room back, and the pool neither grows without
 //! bound nor stays full while the peer hangs, and recovers when it answers again. Time is the
-//! mock clock for the pool and tokio's paused clock for the callers' own timeouts.
+//! mock clock for the pool and tokio's paused clock for the callers' own timeouts, so the
+//! deadlines here fire through the reaper's pass on the mock clock: the backstop of the
+//! drivers' timers, whose own timing `stream_deadline.rs` checks. (Those run on tokio's clock:
+//! where a test moves it in step with the mock they may fire a deadline as well, and what is
+//! checked holds either way; elsewhere they are seconds away.)
 
 mod common;
 

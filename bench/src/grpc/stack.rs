@@ -75,6 +75,10 @@ pub struct StackConfig {
     pub min_streams: usize,
     /// The endpoint's connect timeout.
     pub connect_timeout: Duration,
+    /// The stream pool's `open_timeout` (its default: 10 s).
+    pub open_timeout: Option<Duration>,
+    /// The stream pool's `stall_timeout` (its default: 60 s).
+    pub stall_timeout: Option<Duration>,
 }
 
 impl Default for StackConfig {
@@ -90,6 +94,8 @@ impl Default for StackConfig {
             breaker: None,
             min_streams: 0,
             connect_timeout: Duration::from_secs(5),
+            open_timeout: Some(Duration::from_secs(10)),
+            stall_timeout: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -203,6 +209,8 @@ impl SlotStack {
             .idle_timeout(config.idle_timeout)
             .reap_interval(config.reap_interval)
             .clock(config.clock.clone())
+            .open_timeout(config.open_timeout)
+            .stall_timeout(config.stall_timeout)
             .min_streams(config.min_streams);
         if let Some(max) = config.max_streams {
             streams = streams.max_streams(max);

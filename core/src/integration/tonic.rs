@@ -30,6 +30,10 @@
 //!
 //! * an idle stream that the stream pool reaps drops its inbound half, which returns the client
 //!   to the client pool, idle from that moment;
+//! * a stream the stream pool retires as hung (its `open_timeout` or `stall_timeout` fired)
+//!   **discards** its client instead, at once: the client pool drops it and frees its channel
+//!   share, so nothing idles in the pools with a share of the connection to the hung peer, and
+//!   the next stream gets a new client;
 //! * an idle client that the client pool reaps releases its channel share;
 //! * a channel with no clients that the channel pool reaps closes its connection.
 //!
@@ -56,6 +60,10 @@
 //!   it as maybe applied and the queued ones as not sent (see [`crate::stream`]). The client
 //!   goes back to the pool: a tonic client is a handle over the channel, which redials by
 //!   itself, so a broken stream does not make the client unusable.
+//! * The server hangs (the call never returns, or the stream takes requests and answers
+//!   nothing): the stream pool's `open_timeout` or `stall_timeout` fails the callers
+//!   (`OpenTimeout`, not sent; `Stalled`) when it fires, and the stream's client is discarded
+//!   (counted in the client pool's `discards`), not given back.
 //! * Per-request failures belong in the response message (a status field), never in the gRPC
 //!   status of the stream, so one bad request does not tear the stream down.
 //!
@@ -230,7 +238,9 @@ use futures_core::Stream;
 
 use crate::channel::ChannelConnector;
 use crate::client::{ClientError, ClientFactory, ClientGuard, ClientPool};
-use crate::stream::{Correlation, Outbound, StreamConnector, StreamRequest, StreamResponse};
+use crate::stream::{
+    Correlation, Outbound, Retirement, StreamConnector, StreamRequest, StreamResponse,
+};
 use crate::sync::Arc;
 
 /// Creates tonic channels with [`Endpoint::connect_lazy`]: one HTTP/2 connection each, dialled
@@ -577,7 +587,8 @@ where
 ///
 /// The [`StreamCall`] gets a clone of the pooled client and the outbound half. The checked-out
 /// [`ClientGuard`] stays with the stream (inside [`TonicInbound`]) until the stream ends or is
-/// reaped, so the client is exclusive to that stream meanwhile.
+/// reaped, so the client is exclusive to that stream meanwhile; a stream retired as hung
+/// discards it (see [`Retirement`]).
 ///
 /// How responses find their requests is the last type parameter (see [`Correlate`]):
 /// [`TonicStreamConnector::new`] and [`TonicStreamConnector::from_fn`] read the ids through the
@@ -767,14 +778,19 @@ where
         &self,
         outbound: Outbound<Call::Request>,
     ) -> Result<TonicInbound<C, F, Call::Response>, TonicStreamError<F::Error>> {
-        let client = self
+        let retirement = outbound.retirement();
+        let guard = self
             .clients
             .acquire()
             .await
             .map_err(TonicStreamError::Client)?;
+        let client = StreamClient {
+            guard: Some(guard),
+            retirement,
+        };
         let streaming = self
             .call
-            .call((*client).clone(), outbound)
+            .call(client.get().clone(), outbound)
             .await
             .map_err(TonicStreamError::Status)?;
         Ok(TonicInbound {
@@ -845,8 +861,64 @@ where
 {
     streaming: Streaming<Resp>,
     /// Held, never read: keeps the client (and its channel share) in use by this stream.
-    /// Boxed so that the inbound half is `Unpin` whatever the client type.
-    _client: Box<ClientGuard<C, F>>,
+    /// Boxed so that the inbound half is `Unpin` whatever the client type. Dropped after
+    /// `streaming` (field order).
+    _client: Box<StreamClient<C, F>>,
+}
+
+/// A stream's client, checked out for the stream's whole life (from the connect on): given
+/// back to the client pool when the stream ends, or **discarded** when the stream pool retired
+/// the stream as hung (its `open_timeout` or `stall_timeout` fired, see [`Retirement`]), so
+/// that a client, and its share of the connection, to a peer that hangs goes at once instead
+/// of waiting idle for the client pool's reaper.
+struct StreamClient<C, F>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    /// `Some` until dropped.
+    guard: Option<ClientGuard<C, F>>,
+    retirement: Retirement,
+}
+
+impl<C, F> StreamClient<C, F>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    fn get(&self) -> &F::Client {
+        match &self.guard {
+            Some(guard) => guard,
+            None => unreachable!("a stream's client is held until it is dropped"),
+        }
+    }
+}
+
+impl<C, F> Drop for StreamClient<C, F>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            if self.retirement.hung() {
+                guard.discard();
+            }
+        }
+    }
+}
+
+impl<C, F> fmt::Debug for StreamClient<C, F>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamClient")
+            .field("guard", &self.guard)
+            .field("retirement", &self.retirement)
+            .finish()
+    }
 }
 
 impl<C, F, Resp> fmt::Debug for TonicInbound<C, F, Resp>

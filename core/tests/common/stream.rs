@@ -13,7 +13,8 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use slotpool::stream::{
-    Connector, Outbound, StreamGuard, StreamPool, StreamPoolBuilder, StreamRequest, StreamResponse,
+    Connector, Outbound, Retirement, StreamGuard, StreamPool, StreamPoolBuilder, StreamRequest,
+    StreamResponse,
 };
 use tokio::sync::{mpsc, Semaphore};
 
@@ -201,6 +202,8 @@ pub struct Inbound {
     rx: mpsc::UnboundedReceiver<Result<Resp, TestError>>,
     faults: Arc<Faults>,
     panic_on_drop: bool,
+    retirement: Retirement,
+    hung_drops: Arc<AtomicUsize>,
 }
 
 impl Stream for Inbound {
@@ -219,6 +222,9 @@ impl Stream for Inbound {
 
 impl Drop for Inbound {
     fn drop(&mut self) {
+        if self.retirement.hung() {
+            self.hung_drops.fetch_add(1, Ordering::SeqCst);
+        }
         if self.panic_on_drop && !std::thread::panicking() {
             self.faults.inject("inbound drop");
         }
@@ -232,6 +238,10 @@ pub struct Script {
     /// When set, each connect waits for one permit.
     hold: Option<Arc<Semaphore>>,
     connects: Arc<AtomicUsize>,
+    /// Connect futures that exist now: polled once and not yet dropped.
+    live_connects: Arc<AtomicUsize>,
+    /// Connect futures and inbound halves dropped after the pool retired their stream as hung.
+    hung_drops: Arc<AtomicUsize>,
     streams: mpsc::UnboundedSender<ServerStream>,
     faults: Arc<Faults>,
 }
@@ -257,6 +267,8 @@ impl Script {
                 fail_next: Arc::new(AtomicUsize::new(0)),
                 hold: None,
                 connects: Arc::new(AtomicUsize::new(0)),
+                live_connects: Arc::new(AtomicUsize::new(0)),
+                hung_drops: Arc::new(AtomicUsize::new(0)),
                 streams: tx,
                 faults: Arc::new(Faults::default()),
             },
@@ -287,6 +299,18 @@ impl Script {
     /// Connects attempted so far (failed ones included, held ones once they proceed).
     pub fn connects(&self) -> usize {
         self.connects.load(Ordering::SeqCst)
+    }
+
+    /// Connect futures that exist now (polled at least once and not dropped): a connect the
+    /// pool gave up on is dropped, not left running.
+    pub fn live_connects(&self) -> usize {
+        self.live_connects.load(Ordering::SeqCst)
+    }
+
+    /// Connect futures and inbound halves that, as they were dropped, found their stream
+    /// retired as hung ([`Retirement::hung`]).
+    pub fn hung_drops(&self) -> usize {
+        self.hung_drops.load(Ordering::SeqCst)
     }
 
     /// A builder over this script with every setting at its default.
@@ -331,7 +355,9 @@ impl Connector for TestConnector {
         if Faults::take(&script.faults.panic_calls) {
             script.faults.inject("connect call");
         }
+        let retirement = outbound.retirement();
         async move {
+            let _live = LiveConnect::new(&script, retirement.clone());
             if let Some(hold) = &script.hold {
                 hold.acquire()
                     .await
@@ -371,7 +397,37 @@ impl Connector for TestConnector {
                 rx,
                 panic_on_drop: faults.panic_inbound_drops.load(Ordering::SeqCst),
                 faults: Arc::clone(&script.faults),
+                retirement,
+                hung_drops: Arc::clone(&script.hung_drops),
             })
+        }
+    }
+}
+
+/// Counts one connect future in [`Script::live_connects`] while it exists, and in
+/// [`Script::hung_drops`] if it is dropped after its stream was retired as hung.
+struct LiveConnect {
+    live: Arc<AtomicUsize>,
+    hung_drops: Arc<AtomicUsize>,
+    retirement: Retirement,
+}
+
+impl LiveConnect {
+    fn new(script: &Script, retirement: Retirement) -> Self {
+        script.live_connects.fetch_add(1, Ordering::SeqCst);
+        LiveConnect {
+            live: Arc::clone(&script.live_connects),
+            hung_drops: Arc::clone(&script.hung_drops),
+            retirement,
+        }
+    }
+}
+
+impl Drop for LiveConnect {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        if self.retirement.hung() {
+            self.hung_drops.fetch_add(1, Ordering::SeqCst);
         }
     }
 }

@@ -33,6 +33,11 @@ pub const MAX_MIN_STREAMS: usize = 1024;
 /// | `open_timeout` | 10 s | above zero, or `None` |
 /// | `stall_timeout` | 60 s | above zero, or `None` |
 /// | `breaker` | off | a threshold of at least 1 |
+///
+/// `open_timeout` and `stall_timeout` fire on tokio's timer, from each stream's driver, when
+/// their setting says (tokio's timer has millisecond resolution, and a busy runtime runs the
+/// driver when it can): `reap_interval` paces only idle reaping, and the deadlines' backstop
+/// that fires them where the runtime has no time driver.
 pub struct StreamPoolBuilder<C> {
     connector: C,
     max_streams: Option<usize>,
@@ -60,10 +65,12 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
     settings::setters! {
         idle_timeout: "How long a stream may sit with nothing in flight before the reaper closes \
                        it. Default: 10 s.";
-        reap_interval: "How often the background reaper runs [`StreamPool::reap`]. Default: \
-                        every second.";
-        clock: "The clock idle time and the breaker's backoff are measured with. Default: \
-                `quanta::Clock::new()`.";
+        reap_interval: "How often the background reaper runs [`StreamPool::reap`]: it paces \
+                        idle reaping; `open_timeout` and `stall_timeout` do not wait for it (each \
+                        stream's driver times them). Default: every second.";
+        clock: "The clock idle time and the breaker's backoff are measured with (the open and \
+                stall timeouts run on tokio's timer; the reaper's backstop for them reads this \
+                clock). Default: `quanta::Clock::new()`.";
         breaker: "Circuit breaker: after `consecutive_failures` connect failures in a row, \
                   acquires that would open a new stream fail fast with \
                   [`AcquireError::Unavailable`](crate::AcquireError::Unavailable) for `backoff` \
@@ -103,10 +110,13 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
     /// sent, and the slot is freed; it counts as a connect failure for the breaker. Default:
     /// 10 s; `None`: wait for ever.
     ///
-    /// Checked by the reaper pass on the pool's clock (see [`StreamPool::reap`]), so a stream
-    /// fails at the first pass at least `timeout` after it was started: with the background
-    /// reaper, within one `reap_interval` after the deadline; with it off, only when you call
-    /// `reap`. Zero is a [`ConfigError::Zero`].
+    /// Counted from the stream's start (the acquire that opened it), not from each caller's
+    /// acquire: a caller that joins an opening stream fails with it. The stream's driver keeps
+    /// the deadline on tokio's timer, so its callers fail `timeout` after the start (within the
+    /// timer's millisecond) whatever `reap_interval` is. Where the runtime has no time driver
+    /// (built without `enable_time`) only the reaper's pass checks it, on the pool's clock:
+    /// then at the first pass at least `timeout` after the start (see [`StreamPool::reap`]).
+    /// Zero is a [`ConfigError::Zero`].
     pub fn open_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.open_timeout = timeout;
         self
@@ -118,11 +128,15 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
     /// sent if queued) and the slot is freed. Default: 60 s; `None`: never.
     ///
     /// Set it to a few times your slowest response: a stream whose every outstanding request
-    /// legitimately takes longer than this is closed as hung. Checked by the reaper pass on
-    /// the pool's clock: the first pass that finds the stream busy and silent notes the time,
-    /// a pass at least `timeout` later with still nothing received declares it (so within
-    /// `timeout` + one `reap_interval` of silence; with the background reaper off, only when
-    /// you call `reap`). Zero is a [`ConfigError::Zero`].
+    /// legitimately takes longer than this is closed as hung. The silence is counted from the
+    /// last thing the stream received, or from when it went busy if that is later (a request
+    /// sent while others are outstanding does not restart it). The stream's driver keeps the
+    /// deadline on tokio's timer, so the stall is declared `timeout` after the silence began
+    /// (within the timer's millisecond) whatever `reap_interval` is. Where the runtime has no
+    /// time driver only the reaper's pass checks it, on the pool's clock: the first pass that
+    /// finds the stream busy and silent notes the time, a pass at least `timeout` later with
+    /// still nothing received declares it (within `timeout` + one `reap_interval` of silence).
+    /// Zero is a [`ConfigError::Zero`].
     pub fn stall_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.stall_timeout = timeout;
         self
@@ -187,6 +201,8 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
         let (shutdown, _) = watch::channel(false);
         let clock = self.settings.clock_or(quanta::Clock::new);
         let base = clock.now();
+        let timers = (self.open_timeout.is_some() || self.stall_timeout.is_some())
+            && super::deadline::timers_available();
         let shared = Arc::new(Shared {
             table,
             connector: self.connector,
@@ -197,6 +213,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
             idle_timeout: self.settings.idle_timeout,
             open_timeout: self.open_timeout,
             stall_timeout: self.stall_timeout,
+            timers,
             counters: Counters::default(),
             breaker: self.settings.breaker(),
             min_streams: self.min_streams,

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::error::Reach;
 use crate::panic::Panic;
-use crate::sync::Arc;
+use crate::sync::{Arc, AtomicBool, Ordering};
 
 /// Opens one bidirectional stream whose messages carry request ids: the short way to a
 /// [`StreamConnector`] when the request and response types are yours.
@@ -222,6 +222,8 @@ pub struct Outbound<R> {
     pub(super) rx: mpsc::UnboundedReceiver<R>,
     /// The slot of the stream this feeds, when a pool made it.
     pub(super) stream_index: Option<usize>,
+    /// Set by the stream's driver when it retires the stream as hung.
+    pub(super) retirement: Retirement,
 }
 
 impl<R> Outbound<R> {
@@ -230,7 +232,15 @@ impl<R> Outbound<R> {
         Self {
             rx,
             stream_index: None,
+            retirement: Retirement::default(),
         }
+    }
+
+    /// How the stream this feeds ends, as far as its connector needs to know: keep the
+    /// returned handle with whatever the connector holds for the stream (a client, a
+    /// connection) and read [`Retirement::hung`] when that is dropped.
+    pub fn retirement(&self) -> Retirement {
+        self.retirement.clone()
     }
 
     /// Which of the pool's streams this is: the slot index that
@@ -247,6 +257,38 @@ impl<R> Stream for Outbound<R> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<R>> {
         self.rx.poll_recv(cx)
+    }
+}
+
+/// Tells a connector whether the pool retired its stream because the peer seems hung (see
+/// [`Outbound::retirement`]).
+///
+/// A stream that did not open within `open_timeout`, or received nothing for `stall_timeout`
+/// with requests outstanding, is retired as hung: the driver sets this before it drops the
+/// connect future or the inbound half, so that what those hold for the stream can tell, as it
+/// is dropped, that it should be closed rather than given back for reuse (the `tonic`
+/// integration discards the stream's client then). Every other end (idle reaping, a peer that
+/// ended or broke the stream, a panic, the pool dropped) leaves it unset.
+#[derive(Clone, Default)]
+pub struct Retirement(Arc<AtomicBool>);
+
+impl Retirement {
+    /// The pool retired the stream because its `open_timeout` or `stall_timeout` fired.
+    pub fn hung(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Marks the stream retired as hung (the driver, before it drops the stream's halves).
+    pub(super) fn set_hung(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for Retirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retirement")
+            .field("hung", &self.hung())
+            .finish()
     }
 }
 

@@ -19,11 +19,15 @@
 //!
 //! # Hung peers
 //!
-//! The driver arms no timer. The reaper's pass (in the parent module) sets a bit in the
-//! incarnation's `stop_reasons` and wakes the driver, which fails the stream: `OPEN_TIMED_OUT`
-//! while connecting (decided against the driver's own `OPENED` bit by whichever is set first),
-//! `STALLED` while serving. For the stall check the driver publishes its `activity` once per
-//! wake-up that changed it.
+//! The driver keeps the stream's two deadlines on tokio's timer (`deadline.rs`): while
+//! connecting it polls an open timer fixed at the stream's start beside the connect, and while
+//! serving a [`StallWatch`] moves a stall timer with the stream's activity; either fails the
+//! stream when it fires, whatever the reaper's interval. The reaper's pass (in the parent
+//! module) is the backstop: it sets a bit in the incarnation's `stop_reasons` and wakes the
+//! driver, which fails the stream the same way: `OPEN_TIMED_OUT` while connecting (decided
+//! against the driver's own `OPENED` bit by whichever is set first), `STALLED` while serving.
+//! For the backstop's stall check the driver publishes its `activity` once per wake-up that
+//! changed it.
 //!
 //! # Cancelled requests while connecting
 //!
@@ -41,9 +45,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use futures_core::Stream;
 
+use super::deadline::StallWatch;
 use super::routing::Routing;
 use super::{Incarnation, Outbound, Pending, RequestError, Shared, Stop, StreamConnector, BUSY};
 use crate::error::Reach;
@@ -68,6 +74,10 @@ pub(super) struct Driver<C: StreamConnector> {
     probe: bool,
     /// What the driver last stored in the incarnation's `activity` (see there).
     activity: u64,
+    /// When the stream must have opened, on tokio's clock (`deadline.rs`); `None`: no timer.
+    open_deadline: Option<Instant>,
+    /// The stall deadline, when the stream has a `stall_timeout` and the runtime timers.
+    stall: Option<StallWatch>,
     /// Set once [`Driver::finish`] ran: everything held has been failed and released.
     finished: bool,
 }
@@ -154,7 +164,8 @@ enum End<E> {
     Failed(Option<Arc<E>>),
     /// The inbound half panicked.
     Panicked(Panic),
-    /// The reaper found the stream stalled.
+    /// Requests were outstanding and nothing arrived for `stall_timeout` (the driver's timer
+    /// said so, or the reaper's pass).
     Stalled,
     /// The reaper retired the slot, or the pool was dropped.
     Stopped,
@@ -195,8 +206,13 @@ impl<C: StreamConnector> Driver<C> {
         incarnation: Arc<Incarnation<C>>,
         requests: mpsc::UnboundedReceiver<Pending<C>>,
         probe: bool,
+        open_deadline: Option<Instant>,
     ) {
         let shutdown = shared.shutdown.subscribe();
+        let stall = shared
+            .stall_timeout
+            .filter(|_| shared.timers)
+            .map(StallWatch::new);
         let driver = Driver {
             shared: Arc::clone(shared),
             index: reservation.index(),
@@ -207,6 +223,8 @@ impl<C: StreamConnector> Driver<C> {
             routing: Routing::new(),
             probe,
             activity: 0,
+            open_deadline,
+            stall,
             finished: false,
         };
         let owner = Arc::clone(shared);
@@ -222,17 +240,23 @@ impl<C: StreamConnector> Driver<C> {
 
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let retirement = super::Retirement::default();
         let outbound = Outbound {
             rx: out_rx,
             stream_index: Some(self.index),
+            retirement: retirement.clone(),
         };
-        let Some(mut inbound) = self.open(outbound, &mut shutdown).await else {
+        let Some(mut inbound) = self.open(outbound, &retirement, &mut shutdown).await else {
             return;
         };
         let end = match inbound.0.as_mut() {
             Some(stream) => self.serve(stream, &out_tx, shutdown).await,
             None => End::Stopped,
         };
+        if matches!(end, End::Stalled) {
+            // Before the halves go, so that what they hold for the stream can tell.
+            retirement.set_hung();
+        }
         drop(out_tx);
         if let Err(panic) = inbound.dispose() {
             self.shared.counters.panics.incr();
@@ -279,6 +303,7 @@ impl<C: StreamConnector> Driver<C> {
     async fn open(
         &mut self,
         outbound: Outbound<C::Request>,
+        retirement: &super::Retirement,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<Contained<C::Inbound>> {
         // The connect future borrows the connector: from a handle of its own, so that the
@@ -290,7 +315,10 @@ impl<C: StreamConnector> Driver<C> {
                 let incarnation = Arc::clone(&self.incarnation);
                 let mut stopped = pin!(incarnation.stop.notified());
                 let mut shutting_down = pin!(shutdown.wait_for(|stop| *stop));
-                poll_fn(|cx| {
+                // Fixed at the stream's start, so a driver that first ran late still fails
+                // its callers at the deadline.
+                let mut open_timer = pin!(self.open_deadline.map(tokio::time::sleep_until));
+                let opening = poll_fn(|cx| {
                     if incarnation.stop_reasons() & Stop::OPEN_TIMED_OUT != 0 {
                         return Poll::Ready(Opening::TimedOut);
                     }
@@ -316,9 +344,22 @@ impl<C: StreamConnector> Driver<C> {
                         }
                     }
                     self.poll_queued(cx);
+                    // Polled on every wake-up while connecting (a rare state): a poll that
+                    // tokio's budget refuses wakes the task again.
+                    if let Some(timer) = open_timer.as_mut().as_pin_mut() {
+                        if timer.poll(cx).is_ready() {
+                            return Poll::Ready(Opening::TimedOut);
+                        }
+                    }
                     Poll::Pending
                 })
-                .await
+                .await;
+                if matches!(opening, Opening::TimedOut) {
+                    // Before the connect future goes (at the end of this block), so that what
+                    // it holds for the stream can tell.
+                    retirement.set_hung();
+                }
+                opening
             }
             Err(panic) => Opening::Panicked(panic),
         };
@@ -326,7 +367,9 @@ impl<C: StreamConnector> Driver<C> {
             Opening::Opened(inbound) => {
                 let inbound = Contained::new(inbound);
                 if !self.incarnation.opened() {
-                    // The reaper timed the opening out just before the connect finished.
+                    // The reaper's pass (the backstop) timed the opening out just before the
+                    // connect finished.
+                    retirement.set_hung();
                     if let Err(panic) = inbound.dispose() {
                         self.shared.counters.panics.incr();
                         panic::report("stream inbound (drop)", &panic);
@@ -405,7 +448,7 @@ impl<C: StreamConnector> Driver<C> {
     }
 
     /// Serves an open stream until it ends: routes responses, forwards requests, and watches
-    /// for the reaper's stop and the pool's shutdown.
+    /// its stall timer, the reaper's stop and the pool's shutdown.
     async fn serve(
         &mut self,
         inbound: &mut C::Inbound,
@@ -417,7 +460,7 @@ impl<C: StreamConnector> Driver<C> {
         for pending in std::mem::take(&mut self.queued) {
             self.routing.forward(&self.shared, pending, out_tx);
         }
-        self.publish_activity(false);
+        self.note_activity(false);
         // Built once and kept across wake-ups. Polling a pending `Notified` (or the watch's)
         // takes its Notify's lock, so they are polled only to register this task's waker (the
         // first time, and if the waker ever changes); on every other wake-up two atomic loads
@@ -426,12 +469,19 @@ impl<C: StreamConnector> Driver<C> {
         // seen by it (`notify_one` leaves a permit; `wait_for` checks the value first), and one
         // that lands after it wakes this task, whose next poll sees the bits or the version.
         // While serving, only the reaper's stop and stall notify (the open timeout is over:
-        // `OPENED` is set), so a fired `Notified` means one of their bits is set.
+        // `OPENED` is set), so a fired `Notified` means one of their bits is set. The stall
+        // timer follows the same rule (`StallWatch::stalled`): polled to register, otherwise
+        // one load of its state.
         let incarnation = Arc::clone(&self.incarnation);
         let stopped = incarnation.stop.notified();
         let shutdown_probe = shutdown.clone();
         let shutting_down = shutdown.wait_for(|stop| *stop);
         tokio::pin!(stopped, shutting_down);
+        // The stall timer (`deadline.rs`): made once, unset until the watch sets it.
+        let mut stall_timer = pin!(self
+            .stall
+            .is_some()
+            .then(|| tokio::time::sleep_until(Instant::now())));
         let mut registered: Option<std::task::Waker> = None;
         poll_fn(|cx| {
             let reasons = incarnation.stop_reasons();
@@ -441,7 +491,8 @@ impl<C: StreamConnector> Driver<C> {
             if reasons & Stop::REAPED != 0 || shutdown_probe.has_changed().unwrap_or(true) {
                 return Poll::Ready(End::Stopped);
             }
-            if !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            let new_waker = !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+            if new_waker {
                 if stopped.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(if incarnation.stop_reasons() & Stop::STALLED != 0 {
                         End::Stalled
@@ -454,7 +505,18 @@ impl<C: StreamConnector> Driver<C> {
                 }
                 registered = Some(cx.waker().clone());
             }
-            self.poll_serve(cx, inbound, out_tx)
+            if let Poll::Ready(end) = self.poll_serve(cx, inbound, out_tx) {
+                return Poll::Ready(end);
+            }
+            // After the wake-up's work, so that what just arrived counts as activity.
+            if let (Some(watch), Some(timer)) =
+                (self.stall.as_mut(), stall_timer.as_mut().as_pin_mut())
+            {
+                if watch.stalled(timer, cx, new_waker) {
+                    return Poll::Ready(End::Stalled);
+                }
+            }
+            Poll::Pending
         })
         .await
     }
@@ -514,7 +576,7 @@ impl<C: StreamConnector> Driver<C> {
                 }
             }
         }
-        self.publish_activity(received);
+        self.note_activity(received);
         if !drained {
             // Out of budget with more, perhaps, on either half: come back after the other
             // tasks on this worker.
@@ -523,8 +585,17 @@ impl<C: StreamConnector> Driver<C> {
         Poll::Pending
     }
 
-    /// Publishes the stall check's view of this stream: whether requests are outstanding, and
-    /// a count bumped when anything was `received` (see
+    /// After a wake-up's work: tells the stall watch (the driver's timer) and the reaper's
+    /// backstop whether requests are outstanding and whether anything was `received`.
+    fn note_activity(&mut self, received: bool) {
+        if let Some(stall) = self.stall.as_mut() {
+            stall.note(!self.routing.is_empty(), received);
+        }
+        self.publish_activity(received);
+    }
+
+    /// Publishes the view of this stream that the reaper's stall check (the backstop) reads:
+    /// whether requests are outstanding, and a count bumped when anything was `received` (see
     /// [`Incarnation::activity`](super::Incarnation)); one store, and only on a change.
     fn publish_activity(&mut self, received: bool) {
         let busy = u64::from(!self.routing.is_empty());

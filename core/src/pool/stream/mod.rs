@@ -55,11 +55,17 @@
 //!   to the error, and [`StreamStats::panics`] counts it. Nothing panics a second time.
 //! * **Hung peers.** A stream still connecting `open_timeout` after it was started (default
 //!   10 s) fails its callers with [`RequestError::OpenTimeout`] (not sent). A stream with
-//!   requests outstanding that has received nothing for `stall_timeout` (default 60 s) is
-//!   declared hung: its requests fail with [`RequestError::Stalled`], [`Reach::MaybeApplied`]
-//!   for those sent. Both are measured on the pool's clock by the reaper pass (below), so no
-//!   timer is armed per request and the acquire path reads no clock. Both count as failures
-//!   of the circuit breaker (an open timeout) or of the stream (a stall).
+//!   requests outstanding that has received nothing for `stall_timeout` (default 60 s: counted
+//!   from the last thing it received, or from when it went busy if later) is declared hung:
+//!   its requests fail with [`RequestError::Stalled`], [`Reach::MaybeApplied`] for those sent.
+//!   Both fire when their setting says, to the millisecond of tokio's timer, whatever
+//!   `reap_interval` is: each stream's driver keeps its two deadlines on a timer of its own
+//!   (`deadline.rs`), so no timer is armed per request and the acquire and send paths read no
+//!   clock. An open timeout counts as a connect failure for the circuit breaker, a stall as a
+//!   stream failure. A stream retired by either lets go at once of what it held (the connect
+//!   future, or both halves of the stream), not at idle reaping, and marks itself hung first
+//!   ([`Retirement`]), so that what its connector keeps for it (the `tonic` integration's
+//!   client) is closed rather than reused.
 //! * Whatever the failure, the slot drains and returns to Empty when its last unit of load is
 //!   released; the next acquire opens a new stream there. Other streams are not disturbed.
 //! * Per-request failures belong inside the response type (a status field), so one bad
@@ -72,18 +78,25 @@
 //! open a stream per `max_queue_depth` abandoned requests while the stall timeout runs. With
 //! the `tonic` integration, HTTP/2 keep-alive on the endpoint also finds a dead connection.
 //!
-//! # Reaping and the hung-peer checks
+//! # Reaping, and the hung-peer backstop
 //!
 //! [`StreamPool::reap`] is one pass at a time `now` on the pool's clock. It retires streams
 //! that have had no request in flight for at least the idle timeout (the slot table's
 //! `used`-bit scheme: no clock read on the hot path), which takes **two** passes: the first
 //! pass that finds a stream idle notes the time, a pass at least `idle_timeout` later closes
 //! it (so a stream closes between `idle_timeout` and `idle_timeout + reap_interval` after it
-//! went idle). The same pass fails streams past their `open_timeout` and stalled ones
-//! (`stall_timeout`, also noted by one pass and declared by a later one), then reopens streams
-//! up to `min_streams`. A background task calls it every `reap_interval`; tests call it
-//! directly with a `quanta::Clock::mock()` clock. A reap racing an acquire never closes a
-//! stream that was just reserved.
+//! went idle). The same pass checks the hung-peer deadlines again on the pool's clock (streams
+//! past their `open_timeout`, and stalled ones: noted by one pass and declared by a later
+//! one), then reopens streams up to `min_streams`. A background task calls it every
+//! `reap_interval`; tests call it directly with a `quanta::Clock::mock()` clock. A reap racing
+//! an acquire never closes a stream that was just reserved.
+//!
+//! The drivers' timers fire the hung-peer deadlines first wherever tokio's time driver runs;
+//! the pass is their backstop, for what has no such timer: a runtime built without the time
+//! driver (the drivers then arm none, and the deadlines fire at the first pass past them, as
+//! the idle timeout does) and time driven by hand (`reap(now)` on a mock clock fires them on
+//! that clock). It never fires one early: it declares a deadline only once the pool's clock
+//! shows it passed.
 //!
 //! # Lifetimes
 //!
@@ -112,6 +125,7 @@ use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, P
 
 mod builder;
 mod connector;
+mod deadline;
 mod driver;
 mod guard;
 mod routing;
@@ -248,6 +262,9 @@ struct Shared<C: StreamConnector> {
     open_timeout: Option<Duration>,
     /// How long a stream with requests outstanding may receive nothing; `None`: for ever.
     stall_timeout: Option<Duration>,
+    /// The runtime has tokio's time driver: each driver arms its own open and stall timers
+    /// (`deadline.rs`). Without it only the reaper's pass checks them.
+    timers: bool,
     counters: Counters,
     /// Consulted only when a reservation claims a slot (a spin-up).
     breaker: Breaker,
@@ -332,16 +349,18 @@ struct Incarnation<C: StreamConnector> {
     /// driver can tell with one load, on every wake-up, whether it must stop, and poll `stop`'s
     /// future (which takes the Notify's lock) only to register its waker. `OPENED` and
     /// `OPEN_TIMED_OUT` exclude each other: whichever of the driver (connect done) and the
-    /// reaper (deadline passed) sets its bit first decides how the opening ended.
+    /// reaper's backstop (deadline passed on the pool's clock) sets its bit first decides how
+    /// the opening ended. (The driver's own open timer needs no bit: the driver decides.)
     stop_reasons: AtomicUsize,
     /// Why the driver stopped taking requests, for callers whose request arrives after it did.
     /// Written once, before the request channel closes.
     refusal: Mutex<Option<Refusal<C::Error>>>,
-    /// When the stream was started, in the pool's nanoseconds (for `open_timeout`).
+    /// When the stream was started, in the pool's nanoseconds (for the reaper's `open_timeout`
+    /// backstop; the driver's timer has its own deadline on tokio's clock).
     started: u64,
     /// Driver-written: `progress << 1 | busy`, where `busy` says requests are outstanding on
     /// the wire and `progress` counts wake-ups that received something. Read by the reaper's
-    /// stall check.
+    /// stall check (the backstop).
     activity: AtomicU64,
     /// Reaper-only: the `activity` the last pass saw, and since when (pool nanoseconds) it
     /// has been seen unchanged and busy.
@@ -610,6 +629,11 @@ impl<C: StreamConnector> StreamPool<C> {
     ///   [`RequestError::Stalled`]);
     /// * reopens streams up to `min_streams`.
     ///
+    /// The two hung-peer checks are a backstop: each stream's driver fires the same deadlines
+    /// on tokio's timer when they pass (see the [module documentation](self)), so a pass finds
+    /// them to do only where there is no such timer (a runtime without tokio's time driver) or
+    /// where the pool's clock is driven by hand, ahead of tokio's.
+    ///
     /// Failing a stream is done by its driver task, so its callers see the error once that
     /// task runs.
     pub fn reap(&self, now: quanta::Instant) -> usize {
@@ -676,6 +700,7 @@ impl<C: StreamConnector> Shared<C> {
     fn spin_up(self: &Arc<Self>, reservation: Reservation, probe: bool) {
         let (tx, rx) = mpsc::unbounded_channel();
         let started = self.now_nanos(self.clock.now());
+        let open_deadline = deadline::open_deadline(self.open_timeout, self.timers);
         let incarnation = Arc::new(Incarnation::new(reservation.generation(), tx, started));
         self.table.with_slot(reservation.index(), |slot| {
             let current = &slot.data().current;
@@ -693,7 +718,7 @@ impl<C: StreamConnector> Shared<C> {
         });
         self.counters.spin_ups.incr();
         tracing::debug!(slot = reservation.index(), "stream spin-up");
-        Driver::spawn(self, reservation, incarnation, rx, probe);
+        Driver::spawn(self, reservation, incarnation, rx, probe, open_deadline);
     }
 
     fn now_nanos(&self, now: quanta::Instant) -> u64 {
@@ -753,9 +778,9 @@ impl<C: StreamConnector> Shared<C> {
         reaped
     }
 
-    /// The hung-peer half of a reaper pass at `now` (pool nanoseconds): tells the driver of
-    /// every stream still opening past `open_timeout`, and of every stream stalled past
-    /// `stall_timeout`, to fail it. Reads each live slot's word and incarnation; takes no
+    /// The hung-peer backstop of a reaper pass at `now` (pool nanoseconds): tells the driver
+    /// of every stream still opening past `open_timeout`, and of every stream stalled past
+    /// `stall_timeout`, to fail it (the drivers' own timers usually have: module docs). Reads each live slot's word and incarnation; takes no
     /// lock and changes no slot (the drivers do).
     fn check_hung(&self, now: u64) {
         let open = self.open_timeout.map(nanos);
