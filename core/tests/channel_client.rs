@@ -456,6 +456,35 @@ fn a_panicking_channel_connector_is_contained() {
     assert_eq!(live.load(Ordering::SeqCst), 1);
 }
 
+/// A client whose destructor panics is contained wherever the pool drops it (the reaper, a
+/// discard): no panic leaves the pool, and the client's room and channel share come back.
+#[test]
+fn a_panicking_client_destructor_is_contained() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = rt.block_on(async { Fixture::new(4, Some(1)) });
+    drop(rt.block_on(f.clients.acquire()).unwrap());
+    f.knobs.panic_on_drop.store(true, Ordering::SeqCst);
+    f.time.advance(IDLE * 2);
+    assert_eq!(
+        f.clients.reap(f.time.now()),
+        1,
+        "reaped, the panic contained"
+    );
+    let guard = rt.block_on(f.clients.acquire()).unwrap();
+    guard.discard();
+    assert_eq!(f.knobs.live.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        f.channels.stats().clients,
+        0,
+        "the channel shares came back"
+    );
+    let again = rt.block_on(f.clients.try_acquire());
+    assert!(again.is_ok(), "the room came back: {:?}", again.err());
+}
+
 /// A client factory that panics, in the call or while its future is polled, is contained:
 /// `ClientError::Panicked` for that caller, the slot and its channel share freed (a pool of
 /// one client is not dead), and a connector panic under it is `ClientError::Channel`.

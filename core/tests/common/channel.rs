@@ -86,6 +86,9 @@ pub struct Knobs {
     /// When set, a client's destructor blocks its thread until [`Knobs::finish_drops`];
     /// the gate counts the drops that started.
     pub hold_drop: AtomicBool,
+    /// When set, a client's destructor panics (an injected panic, after it counted itself
+    /// gone).
+    pub panic_on_drop: AtomicBool,
     pub drop_gate: std::sync::Mutex<(usize, bool)>,
     pub drop_moved: std::sync::Condvar,
 }
@@ -125,6 +128,9 @@ impl Drop for Client {
             }
         }
         self.knobs.live.fetch_sub(1, Ordering::SeqCst);
+        if self.knobs.panic_on_drop.load(Ordering::SeqCst) {
+            super::panics::inject("a client's destructor");
+        }
     }
 }
 
