@@ -234,6 +234,30 @@ async fn recycling_only_after_an_idle_threshold() {
     assert_eq!(never.ledger.recycles.load(Ordering::SeqCst), 0);
 }
 
+/// `IdleLongerThan` measures idleness from the object's last return, not its creation: an
+/// object held for 10 s and returned 1 s ago is hot (`Meta::returned` says when it came back).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_idle_threshold_counts_from_the_last_return() {
+    let f = Fixture::with(1, |b| {
+        b.recycle(Recycle::IdleLongerThan(Duration::from_secs(5)))
+    });
+    let object = f.pool.get().await.unwrap();
+    assert_eq!(Object::meta(&object).returned(), None, "never returned yet");
+    f.time.advance(Duration::from_secs(10));
+    let returned_at = f.time.now();
+    drop(object);
+    f.time.advance(Duration::from_secs(1));
+    let object = f.pool.get().await.unwrap();
+    assert_eq!(
+        f.ledger.recycles.load(Ordering::SeqCst),
+        0,
+        "returned 1 s ago: hot, not checked"
+    );
+    let meta = Object::meta(&object);
+    assert_eq!(meta.returned(), Some(returned_at));
+    assert_eq!(meta.idle(f.time.now()), Duration::from_secs(1));
+}
+
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn hooks_run_in_order_and_may_reject() {
     let f = Fixture::with(2, |b| {

@@ -1,0 +1,57 @@
+//! The managed pool's sentences about time, on a real clock (`quanta::Clock::new()`, real
+//! sleeps of a few hundred milliseconds, generous bounds; nothing asserts a speed).
+//!
+//! `Meta::returned`: "Returns read no clock: this is the pool's recent time, at most one reap
+//! interval early; idle times computed from it are never too short." With a real clock the
+//! stamp comes from the background reaper's passes, so it is checked here against real time:
+//! never after the return, and well after the object's creation (an object held 600 ms and
+//! returned is not stamped with its creation time).
+
+use std::time::Duration;
+
+use slotpool::managed::{Manager, Object, Pool};
+
+struct Counter;
+
+impl Manager for Counter {
+    type Type = u32;
+    type Error = std::convert::Infallible;
+
+    async fn create(&self) -> Result<u32, Self::Error> {
+        Ok(7)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_return_is_stamped_on_a_real_clock_at_most_a_reap_interval_early() {
+    let interval = Duration::from_millis(50);
+    let clock = quanta::Clock::new();
+    let pool = Pool::builder(Counter)
+        .max_size(1)
+        .reap_interval(Some(interval))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let object = pool.get().await.unwrap();
+    let created = Object::meta(&object).created();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before_return = clock.now();
+    drop(object);
+    let after_return = clock.now();
+    let object = pool.get().await.unwrap();
+    let returned = Object::meta(&object)
+        .returned()
+        .expect("stamped when it came back");
+    assert!(returned <= after_return, "a stamp is never late");
+    // One reap interval early at most when the reaper runs on time; a loaded machine may
+    // delay its passes, hence the slack, which still rules out the creation time (600 ms
+    // before the return).
+    let slack = Duration::from_millis(300);
+    assert!(
+        returned + interval + slack >= before_return,
+        "stamped {:?} before the return, created {:?} before it",
+        before_return.duration_since(returned),
+        before_return.duration_since(created)
+    );
+    assert!(returned > created, "the return, not the creation");
+}
