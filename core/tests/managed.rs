@@ -407,6 +407,30 @@ async fn min_idle_is_kept_up_in_the_background() {
     ));
 }
 
+/// `prewarm` creates objects until `min_idle` are idle and says how many it created; it stops
+/// at a failed creation. (Built outside a runtime, the pool runs no background task to race
+/// it.)
+#[test]
+fn prewarm_creates_up_to_min_idle_and_counts_them() {
+    let f = Fixture::with(4, |b| b.min_idle(3));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        assert_eq!(f.pool.prewarm().await, 3);
+        assert_eq!(f.pool.prewarm().await, 0, "already min_idle idle");
+        let object = f.pool.get().await.unwrap();
+        f.script.creates(&[Act::Fail]);
+        assert_eq!(f.pool.prewarm().await, 0, "the failed creation stops it");
+        assert_eq!(f.pool.prewarm().await, 1, "tops up the one in use");
+        assert_eq!(f.pool.status().available, 3);
+        drop(object);
+    });
+    assert_eq!(f.ledger.made(), 4);
+}
+
 /// Shrinking drops idle objects now (highest slots first) and objects in use as they come
 /// back, never more than needed; growing wakes a waiter.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
