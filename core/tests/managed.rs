@@ -519,6 +519,7 @@ async fn close_fails_waiters_and_drops_everything() {
         tokio::spawn(async move { pool.get().await.map(|o| o.id) })
     };
     run_spawned().await;
+    assert!(!f.pool.is_closed());
     f.pool.close();
     assert!(matches!(waiter.await.unwrap(), Err(PoolError::Closed)));
     assert!(f.pool.is_closed());
