@@ -407,6 +407,20 @@ async fn min_idle_is_kept_up_in_the_background() {
     ));
 }
 
+/// The pool reports the clock it was given (the one its ages and idle times are on) and
+/// shows its gauges in `Debug`.
+#[test]
+fn the_pool_shows_its_clock_and_its_gauges() {
+    let f = Fixture::new(2);
+    f.time.advance(Duration::from_secs(42));
+    assert_eq!(f.pool.clock().now(), f.time.now(), "the injected clock");
+    let shown = format!("{:?}", f.pool);
+    assert!(
+        shown.starts_with("Pool") && shown.contains("max_size: 2"),
+        "{shown}"
+    );
+}
+
 /// `prewarm` creates objects until `min_idle` are idle and says how many it created; it stops
 /// at a failed creation. (Built outside a runtime, the pool runs no background task to race
 /// it.)
