@@ -21,7 +21,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// While the drop is held: a try is refused and one client is alive; then the room is back.
 fn check_held_drop(f: &Fixture, rt: &tokio::runtime::Runtime, dropper: thread::JoinHandle<()>) {
-    f.knobs.wait_dropping(1);
+    f.knobs.drop_hold.wait_entered(1);
     let refused = rt.block_on(f.clients.try_acquire());
     assert!(
         matches!(refused, Err(ClientError::NoCapacity)),
@@ -29,7 +29,7 @@ fn check_held_drop(f: &Fixture, rt: &tokio::runtime::Runtime, dropper: thread::J
         refused.map(|c| c.slot())
     );
     assert_eq!(f.knobs.live.load(Ordering::SeqCst), 1);
-    f.knobs.finish_drops();
+    f.knobs.drop_hold.open();
     dropper.join().unwrap();
     let client = rt.block_on(f.clients.try_acquire());
     assert!(client.is_ok(), "room after the drop: {:?}", client.err());

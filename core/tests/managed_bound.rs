@@ -11,11 +11,11 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use common::MockTime;
+use common::{Hold, MockTime};
 use slotpool::managed::{Manager, Meta, Pool, PoolBuilder, PoolError, RecycleError, RecycleResult};
 
 /// Objects alive now and at most, and a gate that holds `detach` until the test opens it.
@@ -25,26 +25,11 @@ struct Books {
     peak: AtomicUsize,
     made: AtomicUsize,
     reject: AtomicBool,
-    /// Detaches that started, and whether they may finish.
-    gate: Mutex<(usize, bool)>,
-    changed: Condvar,
+    /// Holds `detach` until the test opens it.
+    detach: Hold,
 }
 
 impl Books {
-    /// Blocks until `n` detaches have started.
-    fn wait_detaching(&self, n: usize) {
-        let mut gate = self.gate.lock().unwrap();
-        while gate.0 < n {
-            gate = self.changed.wait(gate).unwrap();
-        }
-    }
-
-    /// Lets every detach (now and later) finish.
-    fn open(&self) {
-        self.gate.lock().unwrap().1 = true;
-        self.changed.notify_all();
-    }
-
     fn alive(&self) -> usize {
         self.alive.load(Ordering::SeqCst)
     }
@@ -85,12 +70,7 @@ impl Manager for SlowDetach {
     }
 
     fn detach(&self, _: &mut Obj) {
-        let mut gate = self.0.gate.lock().unwrap();
-        gate.0 += 1;
-        self.0.changed.notify_all();
-        while !gate.1 {
-            gate = self.0.changed.wait(gate).unwrap();
-        }
+        self.0.detach.block();
     }
 }
 
@@ -143,7 +123,7 @@ impl Setup {
     /// `try_get` is refused. Then the close finishes and a `get` creates.
     fn check_held_close(&self, closer: thread::JoinHandle<()>) {
         let max_size = self.pool.status().max_size;
-        self.books.wait_detaching(1);
+        self.books.detach.wait_entered(1);
         let refused = self.rt.block_on(self.pool.try_get());
         assert!(
             matches!(refused, Err(PoolError::NoCapacity)),
@@ -156,7 +136,7 @@ impl Setup {
             "the closing object counts"
         );
         assert_eq!(self.books.alive(), max_size);
-        self.books.open();
+        self.books.detach.open();
         closer.join().unwrap();
         let object = self
             .rt
@@ -199,7 +179,7 @@ fn a_rejected_object_counts_until_detached_and_dropped() {
         let object = runtime().block_on(pool.get()).unwrap();
         assert_eq!(object.id, 1);
     });
-    s.books.wait_detaching(1);
+    s.books.detach.wait_entered(1);
     s.books.reject.store(false, Ordering::SeqCst);
     s.check_held_close(getter);
 }
@@ -243,7 +223,7 @@ fn a_shrink_grown_back_at_once_waits_for_the_surplus_to_close() {
     let held = s.rt.block_on(s.pool.get()).unwrap();
     // The shrink retires the idle object and blocks in its detach.
     let shrinker = on_a_thread(&s.pool, |pool| pool.resize(1).unwrap());
-    s.books.wait_detaching(1);
+    s.books.detach.wait_entered(1);
     // Grown back while the surplus object is still closing: the room it frees is not free yet.
     s.pool.resize(2).unwrap();
     s.check_held_close(shrinker);
@@ -257,14 +237,14 @@ fn a_waiting_get_is_served_when_the_close_ends() {
     let retainer = on_a_thread(&s.pool, |pool| {
         assert_eq!(pool.retain(|_, _| false).dropped, 1);
     });
-    s.books.wait_detaching(1);
+    s.books.detach.wait_entered(1);
     let waiter = on_a_thread(&s.pool, |pool| {
         let object = runtime().block_on(pool.get()).unwrap();
         assert_eq!(object.id, 1, "a new object, once the old one is gone");
     });
     // The waiter finds nothing idle and no room until the close ends; the close's end wakes
     // it (a lost wake-up hangs this test).
-    s.books.open();
+    s.books.detach.open();
     retainer.join().unwrap();
     waiter.join().unwrap();
     assert!(

@@ -33,14 +33,14 @@ fn a_released_session_holds_its_capacity_until_its_connection_is_closed() {
         let pool = Arc::clone(&pool);
         thread::spawn(move || assert!(pool.release("a")))
     };
-    counts.wait_closing(1);
+    counts.close_hold.wait_entered(1);
     let refused = rt.block_on(pool.acquire("b", &ctx()));
     assert!(
         matches!(refused, Err(SessionError::Exhausted { capacity: 1 })),
         "a second connection beside one still closing: {refused:?}"
     );
     assert_eq!(counts.opened() - counts.closed(), 1, "one connection open");
-    counts.finish_closes();
+    counts.close_hold.open();
     releaser.join().unwrap();
     let second = rt.block_on(pool.acquire("b", &ctx()));
     assert!(second.is_ok(), "capacity back after the close: {second:?}");

@@ -83,30 +83,12 @@ pub struct Knobs {
     pub panics: Panics,
     /// `make` panics in the call itself, before it returns a future.
     pub panic_in_call: AtomicBool,
-    /// When set, a client's destructor blocks its thread until [`Knobs::finish_drops`];
-    /// the gate counts the drops that started.
+    /// When set, a client's destructor blocks its thread on `drop_hold`.
     pub hold_drop: AtomicBool,
+    pub drop_hold: super::Hold,
     /// When set, a client's destructor panics (an injected panic, after it counted itself
     /// gone).
     pub panic_on_drop: AtomicBool,
-    pub drop_gate: std::sync::Mutex<(usize, bool)>,
-    pub drop_moved: std::sync::Condvar,
-}
-
-impl Knobs {
-    /// Blocks until `n` held drops have started.
-    pub fn wait_dropping(&self, n: usize) {
-        let mut gate = self.drop_gate.lock().unwrap();
-        while gate.0 < n {
-            gate = self.drop_moved.wait(gate).unwrap();
-        }
-    }
-
-    /// Lets every held drop (now and later) finish.
-    pub fn finish_drops(&self) {
-        self.drop_gate.lock().unwrap().1 = true;
-        self.drop_moved.notify_all();
-    }
 }
 
 pub struct Client {
@@ -120,12 +102,7 @@ pub struct Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if self.knobs.hold_drop.load(Ordering::SeqCst) {
-            let mut gate = self.knobs.drop_gate.lock().unwrap();
-            gate.0 += 1;
-            self.knobs.drop_moved.notify_all();
-            while !gate.1 {
-                gate = self.knobs.drop_moved.wait(gate).unwrap();
-            }
+            self.knobs.drop_hold.block();
         }
         self.knobs.live.fetch_sub(1, Ordering::SeqCst);
         if self.knobs.panic_on_drop.load(Ordering::SeqCst) {

@@ -12,6 +12,42 @@ pub mod panics;
 pub mod session;
 pub mod stream;
 
+/// Holds user code (a connection's close, a destructor, a `detach`) on its own thread until
+/// the test lets it go, counting the calls that reached it: how the bound tests keep a
+/// resource closing while they ask the pool for another.
+#[derive(Debug, Default)]
+pub struct Hold {
+    /// Calls that reached the hold, and whether it is open.
+    state: std::sync::Mutex<(usize, bool)>,
+    moved: std::sync::Condvar,
+}
+
+impl Hold {
+    /// Called by the held code: counts itself, then blocks its thread until [`Hold::open`].
+    pub fn block(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.0 += 1;
+        self.moved.notify_all();
+        while !state.1 {
+            state = self.moved.wait(state).unwrap();
+        }
+    }
+
+    /// Blocks until `n` calls have reached the hold.
+    pub fn wait_entered(&self, n: usize) {
+        let mut state = self.state.lock().unwrap();
+        while state.0 < n {
+            state = self.moved.wait(state).unwrap();
+        }
+    }
+
+    /// Lets every held call (now and later) go on.
+    pub fn open(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.moved.notify_all();
+    }
+}
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -74,28 +74,12 @@ pub struct Counts {
     pub panics: AtomicU64,
     /// Connections closed a second time (a pool bug; every test's accounting checks it is 0).
     pub double_closes: AtomicU64,
-    /// When set, `close` blocks its thread until [`Counts::finish_closes`]; `closing` counts
-    /// the closes that started.
+    /// When set, `close` blocks its thread on `close_hold`.
     pub hold_close: AtomicBool,
-    pub close_gate: std::sync::Mutex<(u64, bool)>,
-    pub close_moved: std::sync::Condvar,
+    pub close_hold: super::Hold,
 }
 
 impl Counts {
-    /// Blocks until `n` closes have started (with `hold_close` set).
-    pub fn wait_closing(&self, n: u64) {
-        let mut gate = self.close_gate.lock().unwrap();
-        while gate.0 < n {
-            gate = self.close_moved.wait(gate).unwrap();
-        }
-    }
-
-    /// Lets every held close (now and later) finish.
-    pub fn finish_closes(&self) {
-        self.close_gate.lock().unwrap().1 = true;
-        self.close_moved.notify_all();
-    }
-
     pub fn take_failure(counter: &AtomicU64) -> bool {
         counter
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -280,12 +264,7 @@ impl Connector for Fake {
             self.0.double_closes.fetch_add(1, Ordering::SeqCst);
         }
         if self.0.hold_close.load(Ordering::SeqCst) {
-            let mut gate = self.0.close_gate.lock().unwrap();
-            gate.0 += 1;
-            self.0.close_moved.notify_all();
-            while !gate.1 {
-                gate = self.0.close_moved.wait(gate).unwrap();
-            }
+            self.0.close_hold.block();
         }
         self.0.closed.fetch_add(1, Ordering::SeqCst);
         // Closed first, then (maybe) the panic: the pool called close exactly once either way.
