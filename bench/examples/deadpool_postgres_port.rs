@@ -109,7 +109,7 @@ mod after {
 
     // port: the manager, its recycling method and the pool's error come from slotpool
     use slotpool::managed::postgres::{PgManager, Recycling};
-    use slotpool::managed::PoolError;
+    use slotpool::managed::{PoolError, Timeouts};
     // port: no TLS argument to import (`PgManager::new` connects without TLS; `with_tls` takes one)
     use tokio_postgres::Config;
 
@@ -157,8 +157,12 @@ mod after {
         source: &str,
         wait: Duration,
     ) -> Result<Option<i64>, BoxError> {
-        // port: no `Timeouts` to fill: `get_timeout` takes the deadline
-        let client = match pool.get_timeout(wait).await {
+        let timeouts = Timeouts {
+            wait: Some(wait),
+            ..Timeouts::default()
+        };
+        // port: deadpool's `timeout_get` is `get_timeouts`
+        let client = match pool.get_timeouts(&timeouts).await {
             Ok(client) => client,
             // port: a struct variant, which also says in which step (wait, create, recycle)
             Err(PoolError::Timeout { .. }) => return Ok(None),

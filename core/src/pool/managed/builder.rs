@@ -16,7 +16,7 @@ use crate::exclusive::{ExclusiveSlots, MAX_SIZE};
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
-use crate::sync::Arc;
+use crate::sync::{Arc, AtomicUsize, Weak};
 
 /// When an idle object is recycled ([`Manager::recycle`] and the recycle hooks) before it is
 /// handed out again.
@@ -33,15 +33,65 @@ pub enum Recycle {
     Never,
 }
 
+/// The deadlines of a `get`'s three steps (deadpool's `Timeouts`, field for field): waiting
+/// for an object or for room, one [`Manager::create`], one [`Manager::recycle`]. `None` is no
+/// deadline for that step. The pool's own are set with [`PoolBuilder::timeouts`] (or one at a
+/// time) and read with [`Pool::timeouts`]; [`Pool::get_timeouts`] takes others for one call.
+///
+/// ```
+/// use std::time::Duration;
+/// use slotpool::managed::Timeouts;
+///
+/// let t = Timeouts {
+///     create: Some(Duration::from_secs(2)),
+///     ..Timeouts::wait_millis(250)
+/// };
+/// assert_eq!(t.wait, Some(Duration::from_millis(250)));
+/// assert_eq!(t.recycle, None);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    /// How long a `get` waits for an object or for room to create one; past it the `get`
+    /// fails with [`PoolError::Timeout`](super::PoolError::Timeout) in step `wait`.
+    pub wait: Option<Duration>,
+    /// How long one [`Manager::create`] may take; past it the creation is dropped and the
+    /// `get` fails with a timeout in step `create` (its room is given back).
+    pub create: Option<Duration>,
+    /// How long one [`Manager::recycle`] may take; past it the object is dropped and the
+    /// `get` goes on with another. The timer starts only if the recycle does not finish on
+    /// its first poll.
+    pub recycle: Option<Duration>,
+}
+
+impl Timeouts {
+    /// No deadline for any step.
+    pub const fn new() -> Self {
+        Timeouts {
+            wait: None,
+            create: None,
+            recycle: None,
+        }
+    }
+
+    /// A wait deadline of `millis` milliseconds, and none for the other steps.
+    pub const fn wait_millis(millis: u64) -> Self {
+        Timeouts {
+            wait: Some(Duration::from_millis(millis)),
+            create: None,
+            recycle: None,
+        }
+    }
+}
+
 /// Builder for a managed [`Pool`]; see [`Pool::builder`].
 pub struct PoolBuilder<M: Manager> {
     manager: M,
     max_size: usize,
     min_idle: usize,
     max_lifetime: Option<Duration>,
-    wait_timeout: Option<Duration>,
-    create_timeout: Option<Duration>,
-    recycle_timeout: Option<Duration>,
+    timeouts: Timeouts,
+    /// The setters that set each of `timeouts` last (for errors).
+    timeout_names: [&'static str; 3],
     recycle: Recycle,
     hooks: Hooks<M>,
     settings: Settings,
@@ -56,9 +106,12 @@ impl<M: Manager> PoolBuilder<M> {
             max_size: cores * 4,
             min_idle: 0,
             max_lifetime: None,
-            wait_timeout: None,
-            create_timeout: Some(Duration::from_secs(30)),
-            recycle_timeout: Some(Duration::from_secs(30)),
+            timeouts: Timeouts {
+                wait: None,
+                create: Some(Duration::from_secs(30)),
+                recycle: Some(Duration::from_secs(30)),
+            },
+            timeout_names: ["wait_timeout", "create_timeout", "recycle_timeout"],
             recycle: Recycle::Always,
             hooks: Hooks::default(),
             settings: Settings::new(Duration::from_secs(600), Duration::from_secs(30)),
@@ -94,14 +147,16 @@ impl<M: Manager> PoolBuilder<M> {
     /// [`PoolError::Timeout`](super::PoolError::Timeout) in step `wait`. Default: none (wait
     /// until one comes back; bound a single call with [`Pool::get_timeout`]).
     pub fn wait_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.wait_timeout = timeout;
+        self.timeouts.wait = timeout;
+        self.timeout_names[0] = "wait_timeout";
         self
     }
 
     /// How long one [`Manager::create`] may take; past it the creation is dropped and the
     /// `get` fails with a timeout in step `create` (its room is given back). Default: 30 s.
     pub fn create_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.create_timeout = timeout;
+        self.timeouts.create = timeout;
+        self.timeout_names[1] = "create_timeout";
         self
     }
 
@@ -109,7 +164,17 @@ impl<M: Manager> PoolBuilder<M> {
     /// `get` goes on with another. The timer starts only if the recycle does not finish on
     /// its first poll. Default: 30 s.
     pub fn recycle_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.recycle_timeout = timeout;
+        self.timeouts.recycle = timeout;
+        self.timeout_names[2] = "recycle_timeout";
+        self
+    }
+
+    /// All three deadlines at once (deadpool's `timeouts`), replacing the defaults: a
+    /// `None` field is no deadline for that step. A zero field is refused by `build`, naming
+    /// it (`timeouts.wait`, `timeouts.create`, `timeouts.recycle`).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self.timeout_names = ["timeouts.wait", "timeouts.create", "timeouts.recycle"];
         self
     }
 
@@ -158,7 +223,8 @@ impl<M: Manager> PoolBuilder<M> {
     /// # Errors
     /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
     /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`, `wait_timeout`,
-    /// `create_timeout`, `recycle_timeout`, `idle_timeout` or `reap_interval`, or a reap
+    /// `create_timeout`, `recycle_timeout` (or field of `timeouts`), `idle_timeout` or
+    /// `reap_interval`, or a reap
     /// interval asked for outside a tokio runtime.
     pub fn build(self) -> Result<Pool<M>, ConfigError> {
         if self.max_size == 0 {
@@ -179,11 +245,12 @@ impl<M: Manager> PoolBuilder<M> {
                 high_value: self.max_size as u64,
             });
         }
+        let [wait, create, recycle] = self.timeout_names;
         for (name, value) in [
             ("max_lifetime", self.max_lifetime),
-            ("wait_timeout", self.wait_timeout),
-            ("create_timeout", self.create_timeout),
-            ("recycle_timeout", self.recycle_timeout),
+            (wait, self.timeouts.wait),
+            (create, self.timeouts.create),
+            (recycle, self.timeouts.recycle),
         ] {
             if value.is_some_and(|d| d.is_zero()) {
                 return Err(ConfigError::Zero(name));
@@ -198,32 +265,34 @@ impl<M: Manager> PoolBuilder<M> {
             min_idle: self.min_idle,
             max_lifetime: self.max_lifetime.map(nanos),
             idle_timeout: nanos(self.settings.idle_timeout),
-            wait_timeout: self.wait_timeout,
-            create_timeout: self.create_timeout,
-            recycle_timeout: self.recycle_timeout,
+            timeouts: self.timeouts,
             recycle: self.recycle,
             reads_clock: self.max_lifetime.is_some()
                 || matches!(self.recycle, Recycle::IdleLongerThan(_)),
         };
-        let shared = Arc::new(Shared {
-            slots,
-            manager: self.manager,
-            hooks: self.hooks,
-            config,
-            time,
-            counters: Counters::default(),
-            runtime: runtime.clone(),
-            maintain: Arc::new(tokio::sync::Notify::new()),
+        let (min_idle, max_size) = (self.min_idle, self.max_size);
+        let handle = Arc::new_cyclic(|handle| {
+            let shared = Arc::new(Shared {
+                slots,
+                manager: self.manager,
+                hooks: self.hooks,
+                config,
+                time,
+                counters: Counters::default(),
+                runtime: runtime.clone(),
+                maintain: Arc::new(tokio::sync::Notify::new()),
+                handle: Weak::clone(handle),
+                max_size: AtomicUsize::new(max_size),
+            });
+            let maintainer = match &runtime {
+                Some(runtime) if reap_interval.is_some() || min_idle > 0 => {
+                    Some(maintain::spawn(runtime, &shared, reap_interval))
+                }
+                _ => None,
+            };
+            PoolHandle { shared, maintainer }
         });
-        let maintainer = match &runtime {
-            Some(runtime) if reap_interval.is_some() || self.min_idle > 0 => {
-                Some(maintain::spawn(runtime, &shared, reap_interval))
-            }
-            _ => None,
-        };
-        Ok(Pool {
-            handle: Arc::new(PoolHandle { shared, maintainer }),
-        })
+        Ok(Pool { handle })
     }
 }
 
@@ -233,9 +302,7 @@ impl<M: Manager> fmt::Debug for PoolBuilder<M> {
             .field("max_size", &self.max_size)
             .field("min_idle", &self.min_idle)
             .field("max_lifetime", &self.max_lifetime)
-            .field("wait_timeout", &self.wait_timeout)
-            .field("create_timeout", &self.create_timeout)
-            .field("recycle_timeout", &self.recycle_timeout)
+            .field("timeouts", &self.timeouts)
             .field("recycle", &self.recycle)
             .field("hooks", &self.hooks)
             .field("settings", &self.settings)

@@ -14,6 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use super::contain::{within, Contained};
 use super::manager::run_hooks;
@@ -40,8 +41,9 @@ pub(super) struct Creating<M: Manager> {
 }
 
 impl<M: Manager> Creating<M> {
-    pub(super) fn new(shared: Arc<Shared<M>>, lease: Lease) -> Self {
-        let build: Build<M> = Box::pin(Contained::new(build(Arc::clone(&shared))));
+    /// The creation in `lease`'s slot, under the `create` deadline `timeout`.
+    pub(super) fn new(shared: Arc<Shared<M>>, lease: Lease, timeout: Option<Duration>) -> Self {
+        let build: Build<M> = Box::pin(Contained::new(build(Arc::clone(&shared), timeout)));
         Creating {
             shared,
             lease: Some(lease),
@@ -50,10 +52,13 @@ impl<M: Manager> Creating<M> {
     }
 }
 
-/// Creates an object and runs the `post_create` hooks on it.
-async fn build<M: Manager>(shared: Arc<Shared<M>>) -> Result<Pooled<M>, PoolError<M::Error>> {
+/// Creates an object (within `timeout`) and runs the `post_create` hooks on it.
+async fn build<M: Manager>(
+    shared: Arc<Shared<M>>,
+    timeout: Option<Duration>,
+) -> Result<Pooled<M>, PoolError<M::Error>> {
     let made = match catch(|| shared.manager.create()) {
-        Ok(create) => match within(shared.config.create_timeout, Contained::new(create)).await {
+        Ok(create) => match within(timeout, Contained::new(create)).await {
             Ok(made) => made,
             Err(after) => {
                 return Err(PoolError::Timeout {

@@ -149,7 +149,7 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-pub use builder::{PoolBuilder, Recycle};
+pub use builder::{PoolBuilder, Recycle, Timeouts};
 pub use error::{PoolError, Step};
 pub use manager::{
     Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
@@ -166,7 +166,7 @@ use time::RecentClock;
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, Retired};
 use crate::panic::{catch, report, Panic};
-use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering, Weak};
 
 /// The managed object pool. See the [module documentation](self).
 ///
@@ -204,6 +204,11 @@ struct Shared<M: Manager> {
     runtime: Option<tokio::runtime::Handle>,
     /// Wakes the background task to top `min_idle` up (after objects were dropped).
     maintain: Arc<tokio::sync::Notify>,
+    /// The handles' common part, for [`Object::pool`] (gone once the last handle is).
+    handle: Weak<PoolHandle<M>>,
+    /// The size as last set (at build or by `resize`), for [`Status::max_size`]: the table's
+    /// reads 0 once closed.
+    max_size: AtomicUsize,
 }
 
 /// The checked settings (see the builder for each).
@@ -214,9 +219,7 @@ struct Config {
     max_lifetime: Option<u64>,
     /// Nanoseconds.
     idle_timeout: u64,
-    wait_timeout: Option<Duration>,
-    create_timeout: Option<Duration>,
-    recycle_timeout: Option<Duration>,
+    timeouts: Timeouts,
     recycle: Recycle,
     /// Whether a checkout reads the clock (a lifetime cap, or recycling by idle time).
     reads_clock: bool,
@@ -324,6 +327,9 @@ enum Mode<'a> {
     /// is in for the timeout's error (an atomic on the caller's stack, so the `get` future
     /// stays `Send`).
     Tracked(&'a AtomicUsize),
+    /// [`Pool::get_timeouts`]: waits, with the caller's deadlines for each step instead of the
+    /// pool's.
+    Given(&'a Timeouts),
 }
 
 impl Mode<'_> {
@@ -339,6 +345,15 @@ impl Mode<'_> {
 
     fn step(cell: &AtomicUsize) -> Step {
         Self::STEPS[cell.load(Ordering::Relaxed) % Self::STEPS.len()]
+    }
+
+    /// The deadlines this `get` runs under: the caller's, or the pool's.
+    #[inline]
+    fn timeouts(self, pool: &Timeouts) -> Timeouts {
+        match self {
+            Mode::Given(timeouts) => *timeouts,
+            _ => *pool,
+        }
     }
 }
 
@@ -394,6 +409,24 @@ impl<M: Manager> Pool<M> {
         }
     }
 
+    /// [`Pool::get`] under the caller's deadlines for each step instead of the pool's
+    /// (deadpool's `timeout_get`): a `None` field is no deadline for that step.
+    ///
+    /// # Errors
+    /// [`PoolError::Timeout`] in step `wait` or `create` past that step's deadline (a recycle
+    /// past its deadline drops the object and the `get` goes on); otherwise as [`Pool::get`].
+    pub fn get_timeouts<'a>(
+        &'a self,
+        timeouts: &'a Timeouts,
+    ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + 'a {
+        self.shared().get(Mode::Given(timeouts))
+    }
+
+    /// The pool's deadlines for each step of a `get` (as built).
+    pub fn timeouts(&self) -> Timeouts {
+        self.shared().config.timeouts
+    }
+
     /// Sets the pool's size (its `max_size`) at run time. Growing wakes callers waiting for
     /// room; shrinking drops idle objects beyond the new size now (highest slots first) and
     /// objects in use beyond it as they come back. A closed pool stays closed.
@@ -405,6 +438,9 @@ impl<M: Manager> Pool<M> {
     pub fn resize(&self, max_size: usize) -> Result<(), crate::ConfigError> {
         let shared = self.shared();
         let dropped = shared.slots.resize(max_size)?;
+        if !shared.slots.is_closed() {
+            shared.max_size.store(max_size, Ordering::Relaxed);
+        }
         shared.dispose(dropped, Gone::Surplus);
         shared.maintain.notify_one();
         Ok(())
@@ -562,7 +598,10 @@ impl<M: Manager> Shared<M> {
                         object: Some(&mut object),
                     };
                     let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
-                        Some(pooled) => self.recycle_all(pooled).await,
+                        Some(pooled) => {
+                            let timeout = mode.timeouts(&self.config.timeouts).recycle;
+                            self.recycle_all(pooled, timeout).await
+                        }
                         None => Ok(()),
                     };
                     // Disarmed: the outcome decides.
@@ -577,7 +616,8 @@ impl<M: Manager> Shared<M> {
                 }
                 Checkout::Vacant { lease } => {
                     mode.enter(Step::Create);
-                    return Creating::new(Arc::clone(self), lease).await;
+                    let timeout = mode.timeouts(&self.config.timeouts).create;
+                    return Creating::new(Arc::clone(self), lease, timeout).await;
                 }
             }
         }
@@ -593,7 +633,8 @@ impl<M: Manager> Shared<M> {
         let timeout = match (error, mode) {
             (TryAcquireError::Closed, _) => return Err(PoolError::Closed),
             (_, Mode::NoWait) => return Err(PoolError::NoCapacity),
-            (_, Mode::Wait) => self.config.wait_timeout,
+            (_, Mode::Wait) => self.config.timeouts.wait,
+            (_, Mode::Given(timeouts)) => timeouts.wait,
             (_, Mode::Tracked(_)) => None,
         };
         mode.enter(Step::Wait);
@@ -645,7 +686,11 @@ impl<M: Manager> Shared<M> {
     /// no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
     /// user code panicked (logged).
     #[inline]
-    async fn recycle_all(&self, pooled: &mut Pooled<M>) -> Result<(), Option<(Step, Panic)>> {
+    async fn recycle_all(
+        &self,
+        pooled: &mut Pooled<M>,
+        timeout: Option<Duration>,
+    ) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
         let object = &mut pooled.object;
         if !self.hooks.pre_recycle.is_empty() {
@@ -657,7 +702,7 @@ impl<M: Manager> Shared<M> {
                 let mut recycle = pin!(Contained::new(recycle));
                 match FirstPoll(recycle.as_mut()).await {
                     Poll::Ready(done) => done,
-                    Poll::Pending => match within(self.config.recycle_timeout, recycle).await {
+                    Poll::Pending => match within(timeout, recycle).await {
                         Ok(done) => done,
                         Err(after) => {
                             tracing::warn!(?after, "recycle timed out; object dropped");
@@ -873,7 +918,7 @@ impl<M: Manager> Shared<M> {
     fn status(&self) -> Status {
         let counts = self.slots.counts();
         Status {
-            max_size: counts.size.unwrap_or(usize::MAX),
+            max_size: self.max_size.load(Ordering::Relaxed),
             size: self.slots.live(),
             available: counts.idle,
             in_use: counts.live.saturating_sub(counts.idle),
@@ -888,7 +933,7 @@ impl<M: Manager> Shared<M> {
             let Some(lease) = self.slots.try_open() else {
                 break;
             };
-            match Creating::new(Arc::clone(self), lease).await {
+            match Creating::new(Arc::clone(self), lease, self.config.timeouts.create).await {
                 // Dropped at once: it goes idle.
                 Ok(object) => {
                     drop(object);

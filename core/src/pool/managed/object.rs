@@ -47,6 +47,14 @@ impl<M: Manager> Object<M> {
         }
     }
 
+    /// The pool the object came from (deadpool's `Object::pool`): a new handle, or `None`
+    /// once every handle of the pool was dropped (the pool is closed, and the object is
+    /// dropped when it comes back).
+    pub fn pool(this: &Self) -> Option<super::Pool<M>> {
+        let handle = this.pooled().anchor.shared.handle.upgrade()?;
+        Some(super::Pool { handle })
+    }
+
     /// Takes the object out of the pool for good: the pool calls [`Manager::detach`], frees
     /// its room (a waiter may create another), and hands it over.
     pub fn take(mut this: Self) -> M::Type {

@@ -6,8 +6,8 @@ use crate::sync::Counter;
 /// The pool's gauges now (a snapshot; deadpool's `Status`, field for field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Status {
-    /// The most objects that may exist ([`Pool::resize`](super::Pool::resize); 0 once
-    /// closed).
+    /// The most objects that may exist: `max_size` as built or last set by
+    /// [`Pool::resize`](super::Pool::resize) (kept after `close`, as deadpool's).
     pub max_size: usize,
     /// Objects that exist: idle, in use, being created, or being closed (an object the pool
     /// dropped counts until its `detach` and its destructor are done).

@@ -1,0 +1,232 @@
+//! What a deadpool user reaches for, by deadpool's names, in the managed pool: `Timeouts`
+//! (per pool and per call), `Pool::timeouts`, `Object::pool`, and a `Status.max_size` that
+//! stays put when the pool closes. Time is tokio's paused clock; nothing sleeps.
+
+mod common;
+
+use std::time::Duration;
+
+use common::managed::{Act, Fixture, Injected, Scripted};
+use common::{build_error, settle_until};
+use slotpool::managed::{Object, Pool, PoolError, Step, Timeouts};
+use slotpool::ConfigError;
+use tokio::time::Instant;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// The error of a `get` that failed (within two minutes), and how long it took on the paused
+/// clock.
+async fn timed_failure(
+    get: impl std::future::Future<Output = Result<Object<Scripted>, PoolError<Injected>>>,
+) -> (PoolError<Injected>, Duration) {
+    let start = Instant::now();
+    let outcome = tokio::time::timeout(120 * SECOND, get).await;
+    let error = outcome
+        .expect("no deadline fired")
+        .expect_err("the get failed");
+    (error, start.elapsed())
+}
+
+/// `PoolBuilder::timeouts` sets the three deadlines at once, `Pool::timeouts` reads them
+/// back, and each fires in its own step at its own setting.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn timeouts_set_each_steps_deadline_and_read_back() {
+    let timeouts = Timeouts {
+        wait: Some(2 * SECOND),
+        create: Some(5 * SECOND),
+        recycle: Some(3 * SECOND),
+    };
+    let f = Fixture::with(1, |b| b.timeouts(timeouts));
+    assert_eq!(f.pool.timeouts(), timeouts);
+
+    f.script.creates(&[Act::Hang]);
+    let (error, took) = timed_failure(f.pool.get()).await;
+    assert!(
+        matches!(error, PoolError::Timeout { step: Step::Create, after } if after == 5 * SECOND),
+        "{error}"
+    );
+    assert_eq!(took, 5 * SECOND);
+    assert_eq!(f.pool.status().size, 0, "the creation's room came back");
+
+    let held = f.pool.get().await.unwrap();
+    let (error, took) = timed_failure(f.pool.get()).await;
+    assert_eq!(error.timed_out_in(), Some(Step::Wait), "{error}");
+    assert_eq!(took, 2 * SECOND);
+    drop(held);
+
+    // A recycle past its deadline drops the object; the `get` goes on with a new one.
+    f.script.recycles(&[Act::Hang]);
+    let start = Instant::now();
+    let object = f.pool.get().await.unwrap();
+    assert_eq!(start.elapsed(), 3 * SECOND);
+    assert_eq!((object.id, f.pool.stats().discarded), (1, 1));
+    drop(object);
+    f.assert_balanced();
+}
+
+/// A single `timeouts` field replaces the defaults for all three: `None` is no deadline,
+/// even for `create` (whose default is 30 s).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn timeouts_replace_the_defaults_whole() {
+    let f = Fixture::with(1, |b| b.timeouts(Timeouts::wait_millis(250)));
+    assert_eq!(
+        f.pool.timeouts(),
+        Timeouts {
+            wait: Some(Duration::from_millis(250)),
+            create: None,
+            recycle: None,
+        }
+    );
+    let defaults = Fixture::new(1);
+    assert_eq!(
+        defaults.pool.timeouts(),
+        Timeouts {
+            wait: None,
+            create: Some(30 * SECOND),
+            recycle: Some(30 * SECOND),
+        },
+        "the documented defaults"
+    );
+    f.script.creates(&[Act::Hang]);
+    let get = f.pool.get();
+    assert!(
+        tokio::time::timeout(60 * SECOND, get).await.is_err(),
+        "a creation without a deadline was cut short"
+    );
+}
+
+/// `get_timeouts` runs one `get` under the caller's deadlines instead of the pool's, step by
+/// step; the pool's own are untouched for the next call.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn get_timeouts_overrides_the_pools_deadlines_for_one_call() {
+    let f = Fixture::with(1, |b| b.timeouts(Timeouts::wait_millis(100)));
+
+    // Create: the pool has none; the call's fires.
+    f.script.creates(&[Act::Hang]);
+    let create = Timeouts {
+        create: Some(SECOND),
+        ..Timeouts::new()
+    };
+    let (error, took) = timed_failure(f.pool.get_timeouts(&create)).await;
+    assert!(
+        matches!(error, PoolError::Timeout { step: Step::Create, after } if after == SECOND),
+        "{error}"
+    );
+    assert_eq!(took, SECOND);
+
+    // Wait: the call's (longer) deadline, not the pool's 100 ms; then the pool's again.
+    let held = f.pool.get().await.unwrap();
+    let first = held.id;
+    let (error, took) = timed_failure(f.pool.get_timeouts(&Timeouts::wait_millis(700))).await;
+    assert_eq!(error.timed_out_in(), Some(Step::Wait), "{error}");
+    assert_eq!(took, Duration::from_millis(700));
+    let (_, took) = timed_failure(f.pool.get()).await;
+    assert_eq!(took, Duration::from_millis(100), "the pool's own deadline");
+    // No wait deadline in the call: it waits past the pool's, and gets the object back.
+    let waiter = {
+        let pool = f.pool.clone();
+        tokio::spawn(async move { pool.get_timeouts(&Timeouts::new()).await.map(|o| o.id) })
+    };
+    tokio::time::sleep(10 * SECOND).await;
+    assert!(
+        !waiter.is_finished(),
+        "a call without a wait deadline gave up"
+    );
+    drop(held);
+    assert_eq!(
+        waiter.await.unwrap().unwrap(),
+        first,
+        "handed the returned object"
+    );
+
+    // Recycle: the call's deadline drops the hung object and creates another.
+    f.script.recycles(&[Act::Hang]);
+    let recycle = Timeouts {
+        recycle: Some(2 * SECOND),
+        ..Timeouts::new()
+    };
+    let start = Instant::now();
+    let object = f.pool.get_timeouts(&recycle).await.unwrap();
+    assert_eq!(start.elapsed(), 2 * SECOND);
+    assert_eq!((object.id, f.pool.stats().discarded), (first + 1, 1));
+    drop(object);
+    f.assert_balanced();
+}
+
+/// A zero field of `timeouts` is refused at build, naming the field.
+#[test]
+fn a_zero_timeout_field_is_named() {
+    for (timeouts, name) in [
+        (
+            Timeouts {
+                wait: Some(Duration::ZERO),
+                ..Timeouts::new()
+            },
+            "timeouts.wait",
+        ),
+        (
+            Timeouts {
+                create: Some(Duration::ZERO),
+                ..Timeouts::new()
+            },
+            "timeouts.create",
+        ),
+        (
+            Timeouts {
+                recycle: Some(Duration::ZERO),
+                ..Timeouts::new()
+            },
+            "timeouts.recycle",
+        ),
+    ] {
+        let built = Pool::builder(Scripted::new()).timeouts(timeouts).build();
+        assert_eq!(build_error(built), ConfigError::Zero(name));
+    }
+    // The last setter names it.
+    let built = Pool::builder(Scripted::new())
+        .timeouts(Timeouts::new())
+        .create_timeout(Some(Duration::ZERO))
+        .build();
+    assert_eq!(build_error(built), ConfigError::Zero("create_timeout"));
+}
+
+/// `Object::pool` hands out a handle of the object's pool while one exists, and `None` once
+/// the last handle is gone (the pool closed).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_object_knows_its_pool_while_the_pool_lives() {
+    let f = Fixture::new(2);
+    let object = f.pool.get().await.unwrap();
+    let pool = Object::pool(&object).expect("the pool is alive");
+    // The same pool: its status sees the object out.
+    assert_eq!(pool.status().in_use, 1);
+    let second = pool.get().await.unwrap();
+    assert_eq!(f.pool.status().in_use, 2);
+    drop((pool, second));
+    assert!(
+        !f.pool.is_closed(),
+        "the object's handle was one of several"
+    );
+    drop(f.pool);
+    assert!(
+        Object::pool(&object).is_none(),
+        "a handle after the last one was dropped"
+    );
+    drop(object);
+    settle_until("the returned object was dropped", || {
+        f.ledger.dropped() == 2
+    })
+    .await;
+}
+
+/// `Status.max_size` is the size as built or last resized, and stays so after `close`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn max_size_stays_after_close() {
+    let f = Fixture::new(3);
+    assert_eq!(f.pool.status().max_size, 3);
+    f.pool.resize(5).unwrap();
+    assert_eq!(f.pool.status().max_size, 5);
+    f.pool.close();
+    assert_eq!(f.pool.status().max_size, 5);
+    f.pool.resize(7).unwrap();
+    assert_eq!(f.pool.status().max_size, 5, "a closed pool stays closed");
+}
