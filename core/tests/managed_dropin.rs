@@ -1,6 +1,7 @@
 //! What a deadpool user reaches for, by deadpool's names, in the managed pool: `Timeouts`
-//! (per pool and per call), `Pool::timeouts`, `Object::pool`, and a `Status.max_size` that
-//! stays put when the pool closes. Time is tokio's paused clock; nothing sleeps.
+//! (per pool and per call), `Pool::timeouts`, `Object::pool`, a `Status.max_size` that
+//! stays put when the pool closes, and a pool that can be built outside a runtime. Time is
+//! tokio's paused clock and a mock `quanta` clock; nothing sleeps.
 
 mod common;
 
@@ -229,4 +230,84 @@ async fn max_size_stays_after_close() {
     assert_eq!(f.pool.status().max_size, 5);
     f.pool.resize(7).unwrap();
     assert_eq!(f.pool.status().max_size, 5, "a closed pool stays closed");
+}
+
+/// A runtime for a pool built outside one: one thread, paused clock.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime")
+}
+
+/// Built outside a runtime (as a `static` would be), the pool starts its background task at
+/// the first creation inside one: `min_idle` is topped up and idle objects are reaped every
+/// `reap_interval`, without anyone calling `prewarm` or `reap`.
+#[test]
+fn a_pool_built_outside_a_runtime_starts_its_task_on_first_use() {
+    let every = SECOND;
+    let f = Fixture::with(4, |b| b.min_idle(1).reap_interval(Some(every)));
+    paused_runtime().block_on(async {
+        assert_eq!(f.pool.status().size, 0, "nothing before first use");
+        let first = f.pool.get().await.unwrap();
+        settle_until("min_idle topped up in the background", || {
+            f.pool.status().available == 1
+        })
+        .await;
+        let second = f.pool.get().await.unwrap();
+        drop((first, second));
+        // Past the idle timeout (on the pool's clock), the next tick reaps one of the two
+        // idle objects and keeps `min_idle`.
+        f.time.advance(common::managed::IDLE + 2 * every);
+        tokio::time::sleep(2 * every).await;
+        settle_until("reaped in the background", || f.pool.stats().reaped == 1).await;
+        assert_eq!(f.pool.status().available, 1);
+    });
+    f.assert_balanced();
+}
+
+/// The same with `prewarm` as the first use; and a pool that runs no background task
+/// (no `min_idle`, no reap interval) starts none.
+#[test]
+fn prewarm_starts_the_task_of_a_pool_built_outside_a_runtime() {
+    let f = Fixture::with(4, |b| b.min_idle(2).reap_interval(None));
+    paused_runtime().block_on(async {
+        assert_eq!(f.pool.prewarm().await, 2);
+        let object = f.pool.get().await.unwrap();
+        let _taken = Object::take(object);
+        settle_until("topped up in the background", || {
+            f.pool.status().available == 2
+        })
+        .await;
+    });
+    let idle = Fixture::with(4, |b| b.reap_interval(None));
+    paused_runtime().block_on(async {
+        drop(idle.pool.get().await.unwrap());
+        idle.time.advance(common::managed::IDLE * 10);
+        tokio::time::sleep(common::managed::IDLE * 10).await;
+        assert_eq!(idle.pool.stats().reaped, 0, "no reaper was asked for");
+    });
+}
+
+/// A checkout that leaves fewer than `min_idle` idle wakes the background task at once (bb8
+/// refills after checkouts too), not at the next reap interval: here there is none.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn min_idle_is_topped_up_right_after_checkouts() {
+    let f = Fixture::with(4, |b| b.min_idle(2).reap_interval(None));
+    settle_until("prewarmed", || f.pool.status().available == 2).await;
+    let first = f.pool.get().await.unwrap();
+    settle_until("topped up after the first checkout", || {
+        f.pool.status().available == 2
+    })
+    .await;
+    let second = f.pool.get().await.unwrap();
+    settle_until("topped up after the second", || {
+        f.pool.status().available == 2
+    })
+    .await;
+    assert_eq!((first.id, second.id), (0, 1), "lowest slots first");
+    assert_eq!(f.ledger.made(), 4);
+    drop((first, second));
+    f.assert_balanced();
 }

@@ -124,6 +124,15 @@ impl Settings {
     ///
     /// # Errors
     /// An interval was asked for outside a tokio runtime.
+    /// The background reap interval asked for (or the default), wherever the pool is built:
+    /// for pools that start their task on first use inside a runtime.
+    pub(crate) fn reap_every(&self) -> Option<Duration> {
+        match self.reap {
+            Reap::Default(every) | Reap::Every(every) => Some(every),
+            Reap::Off => None,
+        }
+    }
+
     pub(crate) fn reap_interval(
         &self,
         runtime: Option<&Handle>,

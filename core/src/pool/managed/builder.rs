@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use super::maintain;
 use super::manager::{Hook, Hooks, Manager};
 use super::stats::Counters;
 use super::time::RecentClock;
@@ -16,6 +15,8 @@ use crate::exclusive::{ExclusiveSlots, MAX_SIZE};
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
+use std::sync::OnceLock;
+
 use crate::sync::{Arc, AtomicUsize, Weak};
 
 /// When an idle object is recycled ([`Manager::recycle`] and the recycle hooks) before it is
@@ -128,9 +129,11 @@ impl<M: Manager> PoolBuilder<M> {
     }
 
     /// Keeps at least this many objects idle, creating them in the background (at build,
-    /// and whenever objects are dropped), within `max_size`; the reaper does not close idle
-    /// objects below it (objects past `max_lifetime` are still replaced). Needs a tokio
-    /// runtime at build; [`Pool::prewarm`] fills it on demand. Default: 0.
+    /// whenever objects are dropped, and after a checkout that may leave fewer idle: at once,
+    /// not at the next reap interval), within `max_size`; the reaper does not close idle
+    /// objects below it (objects past `max_lifetime` are still replaced). The background
+    /// task starts as [`PoolBuilder::build`] says; [`Pool::prewarm`] fills it on demand.
+    /// Default: 0.
     pub fn min_idle(mut self, min_idle: usize) -> Self {
         self.min_idle = min_idle;
         self
@@ -216,16 +219,17 @@ impl<M: Manager> PoolBuilder<M> {
                 `quanta::Clock::new()`.";
     }
 
-    /// Builds the pool. Needs a tokio runtime for the background reaper and for `min_idle`
-    /// (without one the default reaper is off and `min_idle` is filled by
-    /// [`Pool::prewarm`] only).
+    /// Builds the pool. Needs no runtime: the background task (the reaper every
+    /// `reap_interval`, and `min_idle`) starts now on the tokio runtime this is called in, or,
+    /// built outside one (a `static`, before the runtime), on the runtime of the first `get`
+    /// that creates an object, or of the first [`Pool::prewarm`]. Until then nothing is
+    /// reaped and nothing exists to reap.
     ///
     /// # Errors
     /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
     /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`, `wait_timeout`,
     /// `create_timeout`, `recycle_timeout` (or field of `timeouts`), `idle_timeout` or
-    /// `reap_interval`, or a reap
-    /// interval asked for outside a tokio runtime.
+    /// `reap_interval`.
     pub fn build(self) -> Result<Pool<M>, ConfigError> {
         if self.max_size == 0 {
             return Err(ConfigError::Zero("max_size"));
@@ -258,7 +262,8 @@ impl<M: Manager> PoolBuilder<M> {
         }
         self.settings.check(Names::PLAIN)?;
         let runtime = Handle::try_current().ok();
-        let reap_interval = self.settings.reap_interval(runtime.as_ref())?;
+        // Outside a runtime too: the task starts on first use inside one.
+        let reap_interval = self.settings.reap_every();
         let slots = ExclusiveSlots::new(Capacity::Bounded(self.max_size))?;
         let time = RecentClock::new(self.settings.clock_or(quanta::Clock::new), reap_interval);
         let config = Config {
@@ -269,8 +274,10 @@ impl<M: Manager> PoolBuilder<M> {
             recycle: self.recycle,
             reads_clock: self.max_lifetime.is_some()
                 || matches!(self.recycle, Recycle::IdleLongerThan(_)),
+            reap_interval,
+            maintained: reap_interval.is_some() || self.min_idle > 0,
         };
-        let (min_idle, max_size) = (self.min_idle, self.max_size);
+        let max_size = self.max_size;
         let handle = Arc::new_cyclic(|handle| {
             let shared = Arc::new(Shared {
                 slots,
@@ -283,14 +290,12 @@ impl<M: Manager> PoolBuilder<M> {
                 maintain: Arc::new(tokio::sync::Notify::new()),
                 handle: Weak::clone(handle),
                 max_size: AtomicUsize::new(max_size),
+                maintainer: OnceLock::new(),
             });
-            let maintainer = match &runtime {
-                Some(runtime) if reap_interval.is_some() || min_idle > 0 => {
-                    Some(maintain::spawn(runtime, &shared, reap_interval))
-                }
-                _ => None,
-            };
-            PoolHandle { shared, maintainer }
+            if let Some(runtime) = &runtime {
+                shared.start_maintainer(runtime);
+            }
+            PoolHandle { shared }
         });
         Ok(Pool { handle })
     }

@@ -176,16 +176,15 @@ pub struct Pool<M: Manager> {
     handle: Arc<PoolHandle<M>>,
 }
 
-/// What the handles share: the state, and the background task dropped with the last handle.
+/// What the handles share: the state, whose background task ends with the last handle.
 struct PoolHandle<M: Manager> {
     shared: Arc<Shared<M>>,
-    maintainer: Option<tokio::task::AbortHandle>,
 }
 
 impl<M: Manager> Drop for PoolHandle<M> {
     fn drop(&mut self) {
         self.shared.close();
-        if let Some(maintainer) = &self.maintainer {
+        if let Some(maintainer) = self.shared.maintainer.get() {
             maintainer.abort();
         }
     }
@@ -209,6 +208,9 @@ struct Shared<M: Manager> {
     /// The size as last set (at build or by `resize`), for [`Status::max_size`]: the table's
     /// reads 0 once closed.
     max_size: AtomicUsize,
+    /// The background task (reaping, `min_idle`), once started: at build inside a tokio
+    /// runtime, or else at the first creation inside one.
+    maintainer: std::sync::OnceLock<tokio::task::AbortHandle>,
 }
 
 /// The checked settings (see the builder for each).
@@ -223,6 +225,10 @@ struct Config {
     recycle: Recycle,
     /// Whether a checkout reads the clock (a lifetime cap, or recycling by idle time).
     reads_clock: bool,
+    /// The background reap interval, if any.
+    reap_interval: Option<Duration>,
+    /// Whether the pool runs a background task (a reap interval, or `min_idle`).
+    maintained: bool,
 }
 
 /// What a slot holds: the object and its anchor (two words for a small object: a checkout
@@ -332,7 +338,7 @@ enum Mode<'a> {
     Given(&'a Timeouts),
 }
 
-impl Mode<'_> {
+impl<'a> Mode<'a> {
     const STEPS: [Step; 3] = [Step::Wait, Step::Create, Step::Recycle];
 
     #[inline]
@@ -349,10 +355,13 @@ impl Mode<'_> {
 
     /// The deadlines this `get` runs under: the caller's, or the pool's.
     #[inline]
-    fn timeouts(self, pool: &Timeouts) -> Timeouts {
+    fn timeouts<'t>(self, pool: &'t Timeouts) -> &'t Timeouts
+    where
+        'a: 't,
+    {
         match self {
-            Mode::Given(timeouts) => *timeouts,
-            _ => *pool,
+            Mode::Given(timeouts) => timeouts,
+            _ => pool,
         }
     }
 }
@@ -488,10 +497,12 @@ impl<M: Manager> Pool<M> {
     }
 
     /// Creates objects until `min_idle` are idle (or the pool is full, closed, or a creation
-    /// fails); returns how many it created. The background task does the same on its own
-    /// when the pool was built inside a tokio runtime.
+    /// fails); returns how many it created. The background task does the same on its own;
+    /// a pool built outside a runtime starts it here (see [`PoolBuilder::build`]).
     pub async fn prewarm(&self) -> usize {
-        self.shared().top_up().await
+        let shared = self.shared();
+        shared.ensure_maintainer();
+        shared.top_up().await
     }
 
     /// Closes the pool: waiters and later `get`s get [`PoolError::Closed`], idle objects are
@@ -581,6 +592,9 @@ impl<M: Manager> Shared<M> {
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
+                    if self.config.min_idle > 0 {
+                        self.idle_taken(lease.index());
+                    }
                     match self.recycle_due(&value) {
                         Due::No => return Ok(Object::new(lease, value)),
                         Due::Expired => {
@@ -599,8 +613,8 @@ impl<M: Manager> Shared<M> {
                     };
                     let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
                         Some(pooled) => {
-                            let timeout = mode.timeouts(&self.config.timeouts).recycle;
-                            self.recycle_all(pooled, timeout).await
+                            let timeouts = mode.timeouts(&self.config.timeouts);
+                            self.recycle_all(pooled, timeouts).await
                         }
                         None => Ok(()),
                     };
@@ -616,6 +630,7 @@ impl<M: Manager> Shared<M> {
                 }
                 Checkout::Vacant { lease } => {
                     mode.enter(Step::Create);
+                    self.ensure_maintainer();
                     let timeout = mode.timeouts(&self.config.timeouts).create;
                     return Creating::new(Arc::clone(self), lease, timeout).await;
                 }
@@ -689,7 +704,7 @@ impl<M: Manager> Shared<M> {
     async fn recycle_all(
         &self,
         pooled: &mut Pooled<M>,
-        timeout: Option<Duration>,
+        timeouts: &Timeouts,
     ) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
         let object = &mut pooled.object;
@@ -702,7 +717,7 @@ impl<M: Manager> Shared<M> {
                 let mut recycle = pin!(Contained::new(recycle));
                 match FirstPoll(recycle.as_mut()).await {
                     Poll::Ready(done) => done,
-                    Poll::Pending => match within(timeout, recycle).await {
+                    Poll::Pending => match within(timeouts.recycle, recycle).await {
                         Ok(done) => done,
                         Err(after) => {
                             tracing::warn!(?after, "recycle timed out; object dropped");
@@ -923,6 +938,37 @@ impl<M: Manager> Shared<M> {
             available: counts.idle,
             in_use: counts.live.saturating_sub(counts.idle),
             waiting: counts.table.waiting,
+        }
+    }
+
+    /// After a checkout of the idle object in slot `index`: idle objects are taken lowest
+    /// slot first, so at most the objects above it are idle now; if those may be fewer than
+    /// `min_idle`, the background task is woken to top it up (no clock read, one load of the
+    /// live count).
+    #[inline(never)]
+    fn idle_taken(&self, index: usize) {
+        let above = self.slots.live().saturating_sub(index + 1);
+        if above < self.config.min_idle {
+            self.maintain.notify_one();
+        }
+    }
+
+    /// Starts the background task on `runtime`, if the pool runs one and it has not started.
+    fn start_maintainer(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        if self.config.maintained {
+            self.maintainer
+                .get_or_init(|| maintain::spawn(runtime, self, self.config.reap_interval));
+        }
+    }
+
+    /// Starts the background task on the current runtime if it has not started (a pool built
+    /// outside a runtime, at its first creation inside one). One load once started.
+    #[inline(never)]
+    fn ensure_maintainer(self: &Arc<Self>) {
+        if self.maintainer.get().is_none() && self.config.maintained {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                self.start_maintainer(&runtime);
+            }
         }
     }
 
