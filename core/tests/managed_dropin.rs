@@ -311,3 +311,126 @@ async fn min_idle_is_topped_up_right_after_checkouts() {
     drop((first, second));
     f.assert_balanced();
 }
+
+/// `add` puts an object made elsewhere into the pool, idle in the lowest empty slot and
+/// counted as created, within `max_size`; a full or closed pool hands it back.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn add_puts_an_object_in_within_the_size() {
+    use slotpool::managed::{AddError, Manager};
+    let f = Fixture::new(2);
+    let made = f.pool.manager().create().await.unwrap();
+    let id = made.id;
+    f.pool.add(made).unwrap();
+    let status = f.pool.status();
+    assert_eq!((status.size, status.available), (1, 1));
+    assert_eq!(f.pool.stats().created, 1);
+    let object = f.pool.get().await.unwrap();
+    assert_eq!(
+        (object.id, Object::slot(&object)),
+        (id, 0),
+        "the added one, slot 0"
+    );
+    f.pool
+        .add(f.pool.manager().create().await.unwrap())
+        .unwrap();
+    let third = f.pool.manager().create().await.unwrap();
+    let third_id = third.id;
+    let refused = f.pool.add(third).unwrap_err();
+    assert!(matches!(refused, AddError::NoCapacity(_)), "{refused}");
+    let back = refused.into_inner();
+    assert_eq!(back.id, third_id, "handed back");
+    drop(back);
+    drop(object);
+    f.pool.close();
+    let refused = f.pool.add(f.pool.manager().create().await.unwrap());
+    assert!(matches!(refused, Err(AddError::Closed(_))));
+    drop(refused);
+    // The two handed back were the manager's, dropped by the test: counted made, not created.
+    assert_eq!(f.ledger.made(), f.pool.stats().created + 2);
+}
+
+/// `dedicated` makes an object as a `get` would (create under its deadline, then the
+/// `post_create` hooks) and hands it over without the pool ever holding it.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn dedicated_makes_an_object_the_pool_never_holds() {
+    use slotpool::managed::{Hook, HookError, Meta};
+    let f = Fixture::with(1, |b| {
+        b.create_timeout(Some(SECOND)).post_create(Hook::sync_fn(
+            |conn: &mut common::managed::Conn, _: &Meta| {
+                conn.uses += 1;
+                if conn.id == 2 {
+                    return Err(HookError::message("no third"));
+                }
+                Ok(())
+            },
+        ))
+    });
+    let held = f.pool.get().await.unwrap();
+    let own = f.pool.dedicated().await.expect("made beside a full pool");
+    assert_eq!((own.id, own.uses), (1, 1), "created, then the hook ran");
+    let status = f.pool.status();
+    assert_eq!((status.size, status.in_use), (1, 1), "not the pool's");
+    assert_eq!(f.pool.stats().created, 1);
+    let error = f.pool.dedicated().await.unwrap_err();
+    assert!(matches!(error, PoolError::PostCreateHook(_)), "{error}");
+    f.script.creates(&[Act::Hang]);
+    let (error, took) = timed_failure(async {
+        f.pool
+            .dedicated()
+            .await
+            .map(|_| unreachable!("a hung create returned"))
+    })
+    .await;
+    assert_eq!((error.timed_out_in(), took), (Some(Step::Create), SECOND));
+    drop((held, own));
+    f.pool.close();
+    assert!(matches!(f.pool.dedicated().await, Err(PoolError::Closed)));
+}
+
+/// The error sink hears the failures nobody waits for: a `min_idle` creation, and a creation
+/// finished after its caller left; a sink that panics is counted, and the pool goes on.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_error_sink_hears_background_failures() {
+    use std::sync::{Arc, Mutex};
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let heard = Arc::clone(&heard);
+        move |error: &PoolError<Injected>| {
+            let step = error.timed_out_in();
+            heard.lock().unwrap().push((error.to_string(), step));
+            if heard.lock().unwrap().len() == 2 {
+                panic!("the sink panics on the second");
+            }
+        }
+    };
+    let f = Fixture::with(2, |b| {
+        b.min_idle(1)
+            .reap_interval(None)
+            .create_timeout(Some(SECOND))
+            .error_sink(sink)
+    });
+    f.script.creates(&[Act::Fail]);
+    settle_until("the min_idle failure heard", || {
+        heard.lock().unwrap().len() == 1
+    })
+    .await;
+    assert!(
+        matches!(heard.lock().unwrap()[0], (_, None)),
+        "a create error"
+    );
+    // A `get` that gives up while its creation hangs: the creation goes on off the caller and
+    // times out there.
+    f.script.creates(&[Act::Hang]);
+    {
+        let mut get = std::pin::pin!(f.pool.get());
+        assert!(common::poll_once(get.as_mut()).is_pending());
+    }
+    tokio::time::sleep(2 * SECOND).await;
+    settle_until("the orphan's failure heard", || {
+        heard.lock().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(heard.lock().unwrap()[1].1, Some(Step::Create));
+    assert_eq!(f.pool.stats().panics, 1, "the sink's panic, contained");
+    assert!(f.pool.get().await.is_ok(), "the pool goes on");
+}

@@ -172,6 +172,35 @@ impl<M: Manager> PoolBuilder<M> {
         self
     }
 
+    /// Where the pool tells the failures of its own work, which no caller sees (bb8's
+    /// `error_sink`): a creation for `min_idle` that failed, a creation finished after its
+    /// caller left that failed. Called with the error on the thread that failed; a panic in
+    /// it is counted and logged. Default: none (the failures are logged with `tracing` and
+    /// counted in `create_failures` either way).
+    ///
+    /// ```
+    /// # use std::convert::Infallible;
+    /// # use slotpool::managed::{Manager, Pool, RecycleResult, Meta};
+    /// # struct Conns;
+    /// # impl Manager for Conns {
+    /// #     type Type = u32;
+    /// #     type Error = Infallible;
+    /// #     async fn create(&self) -> Result<u32, Infallible> { Ok(1) }
+    /// #     async fn recycle(&self, _: &mut u32, _: &Meta) -> RecycleResult<Infallible> { Ok(()) }
+    /// # }
+    /// let pool = Pool::builder(Conns)
+    ///     .error_sink(|error| eprintln!("pool: {error}"))
+    ///     .build()?;
+    /// # Ok::<(), slotpool::ConfigError>(())
+    /// ```
+    pub fn error_sink(
+        mut self,
+        sink: impl Fn(&super::PoolError<M::Error>) + Send + Sync + 'static,
+    ) -> Self {
+        self.hooks.error_sink = Some(Box::new(sink));
+        self
+    }
+
     /// All three deadlines at once (deadpool's `timeouts`), replacing the defaults: a
     /// `None` field is no deadline for that step. A zero field is refused by `build`, naming
     /// it (`timeouts.wait`, `timeouts.create`, `timeouts.recycle`).

@@ -53,7 +53,7 @@ impl<M: Manager> Creating<M> {
 }
 
 /// Creates an object (within `timeout`) and runs the `post_create` hooks on it.
-async fn build<M: Manager>(
+pub(super) async fn build<M: Manager>(
     shared: Arc<Shared<M>>,
     timeout: Option<Duration>,
 ) -> Result<Pooled<M>, PoolError<M::Error>> {
@@ -216,10 +216,14 @@ impl<M: Manager> Orphan<M> {
             return;
         };
         let shared = &self.shared;
-        if let Ok(object) = shared.created(lease, built) {
-            shared.counters.created_off_caller.incr();
-            // Back to the pool: idle in its slot, or to the oldest waiter.
-            drop(object);
+        match shared.created(lease, built) {
+            Ok(object) => {
+                shared.counters.created_off_caller.incr();
+                // Back to the pool: idle in its slot, or to the oldest waiter.
+                drop(object);
+            }
+            // Nobody waits for it: the pool's own failure.
+            Err(error) => shared.sink(&error),
         }
     }
 }

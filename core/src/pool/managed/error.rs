@@ -27,6 +27,8 @@ pub enum Step {
     Detach,
     /// The predicate of [`Pool::retain`](super::Pool::retain).
     Retain,
+    /// The [`error_sink`](super::PoolBuilder::error_sink) the pool tells its own failures to.
+    ErrorSink,
 }
 
 impl Step {
@@ -41,6 +43,7 @@ impl Step {
             Step::PostRecycle => "post_recycle",
             Step::Detach => "detach",
             Step::Retain => "retain",
+            Step::ErrorSink => "error_sink",
         }
     }
 }
@@ -50,6 +53,35 @@ impl fmt::Display for Step {
         f.write_str(self.name())
     }
 }
+
+/// Why [`Pool::add`](super::Pool::add) handed the object back (bb8's `AddError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddError<T> {
+    /// The pool is full (every unit of `max_size` in use).
+    NoCapacity(T),
+    /// The pool is closed.
+    Closed(T),
+}
+
+impl<T> AddError<T> {
+    /// The object handed back.
+    pub fn into_inner(self) -> T {
+        match self {
+            AddError::NoCapacity(object) | AddError::Closed(object) => object,
+        }
+    }
+}
+
+impl<T> fmt::Display for AddError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AddError::NoCapacity(_) => "no room in the pool for the added object",
+            AddError::Closed(_) => "the pool is closed",
+        })
+    }
+}
+
+impl<T: fmt::Debug> std::error::Error for AddError<T> {}
 
 /// Why [`Pool::get`](super::Pool::get) (or `try_get`, `get_timeout`) returned no object.
 ///

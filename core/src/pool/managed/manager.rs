@@ -194,7 +194,15 @@ pub(super) struct Hooks<M: Manager> {
     pub(super) post_create: Vec<Hook<M>>,
     pub(super) pre_recycle: Vec<Hook<M>>,
     pub(super) post_recycle: Vec<Hook<M>>,
+    pub(super) error_sink: Option<ErrorSink<M::Error>>,
 }
+
+/// Where a pool tells the failures of its own work, which no caller sees (bb8's
+/// `error_sink`): creations for `min_idle` and creations finished after their caller left.
+/// Called on the thread that failed; keep it short. See [`PoolBuilder::error_sink`].
+///
+/// [`PoolBuilder::error_sink`]: super::PoolBuilder::error_sink
+pub type ErrorSink<E> = Box<dyn Fn(&super::PoolError<E>) + Send + Sync>;
 
 impl<M: Manager> Default for Hooks<M> {
     fn default() -> Self {
@@ -202,6 +210,7 @@ impl<M: Manager> Default for Hooks<M> {
             post_create: Vec::new(),
             pre_recycle: Vec::new(),
             post_recycle: Vec::new(),
+            error_sink: None,
         }
     }
 }
@@ -212,6 +221,7 @@ impl<M: Manager> fmt::Debug for Hooks<M> {
             .field("post_create", &self.post_create.len())
             .field("pre_recycle", &self.pre_recycle.len())
             .field("post_recycle", &self.post_recycle.len())
+            .field("error_sink", &self.error_sink.is_some())
             .finish()
     }
 }

@@ -150,9 +150,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use builder::{PoolBuilder, Recycle, Timeouts};
-pub use error::{PoolError, Step};
+pub use error::{AddError, PoolError, Step};
 pub use manager::{
-    Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
+    ErrorSink, Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
 };
 pub use object::Object;
 pub use stats::{Stats, Status};
@@ -429,6 +429,59 @@ impl<M: Manager> Pool<M> {
         timeouts: &'a Timeouts,
     ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + 'a {
         self.shared().get(Mode::Given(timeouts))
+    }
+
+    /// Puts an object made elsewhere into the pool (bb8's `add`): idle in the lowest empty
+    /// slot (or straight to the oldest waiter), counted in `created`, within `max_size`. No
+    /// hook runs on it; it is recycled at its first checkout as any idle object is.
+    ///
+    /// # Errors
+    /// [`AddError::NoCapacity`] when the pool is full, [`AddError::Closed`] when it is closed;
+    /// either hands the object back.
+    pub fn add(&self, object: M::Type) -> Result<(), AddError<M::Type>> {
+        let shared = self.shared();
+        let Some(lease) = shared.slots.try_open() else {
+            return Err(if shared.slots.is_closed() {
+                AddError::Closed(object)
+            } else {
+                AddError::NoCapacity(object)
+            });
+        };
+        let pooled = Pooled::new(object, Arc::clone(shared), shared.time.now());
+        shared.slots.occupy_born(&lease, pooled.anchor.created);
+        shared.counters.created.incr();
+        // Returned at once: idle in its slot, or to the oldest waiter.
+        drop(Object::new(lease, pooled));
+        Ok(())
+    }
+
+    /// A new object for the caller alone (bb8's `dedicated_connection`): made as a `get`
+    /// makes one (`create` within the create deadline, then the `post_create` hooks) but never
+    /// in the pool: not counted against `max_size` nor in the stats, never recycled or reaped
+    /// (a connection kept for `LISTEN`, say). Dropping it is the caller's affair.
+    ///
+    /// # Errors
+    /// As creating in [`Pool::get`]: `Timeout` in step `create`, `Create`, `PostCreateHook`,
+    /// `Panicked`; `Closed` once the pool is closed.
+    pub async fn dedicated(&self) -> Result<M::Type, PoolError<M::Error>> {
+        let shared = self.shared();
+        if shared.slots.is_closed() {
+            return Err(PoolError::Closed);
+        }
+        let built = Contained::new(create::build(
+            Arc::clone(shared),
+            shared.config.timeouts.create,
+        ))
+        .await
+        .unwrap_or_else(|panic| {
+            Err(PoolError::Panicked {
+                step: Step::Create,
+                panic,
+            })
+        })?;
+        let Pooled { object, anchor } = built;
+        drop(anchor);
+        Ok(object)
     }
 
     /// The pool's deadlines for each step of a `get` (as built).
@@ -822,6 +875,7 @@ impl<M: Manager> Shared<M> {
                 Step::PostRecycle => "post_recycle hook",
                 Step::Detach => "manager detach or a destructor",
                 Step::Retain => "retain predicate",
+                Step::ErrorSink => "error sink",
             },
             panic,
         );
@@ -972,6 +1026,16 @@ impl<M: Manager> Shared<M> {
         }
     }
 
+    /// Tells the error sink, if any, of a failure in the pool's own work (a panicking sink is
+    /// counted and logged).
+    fn sink(&self, error: &PoolError<M::Error>) {
+        if let Some(sink) = &self.hooks.error_sink {
+            if let Err(panic) = catch(|| sink(error)) {
+                self.panicked(Step::ErrorSink, &panic);
+            }
+        }
+    }
+
     /// Creates objects until `min_idle` are idle (see [`Pool::prewarm`]).
     async fn top_up(self: &Arc<Self>) -> usize {
         let mut created = 0;
@@ -987,6 +1051,7 @@ impl<M: Manager> Shared<M> {
                 }
                 Err(error) => {
                     tracing::warn!(%error, "creating an object for min_idle failed");
+                    self.sink(&error);
                     break;
                 }
             }

@@ -38,8 +38,9 @@ pub struct Stats {
     pub checkouts: u64,
     /// `get`s that had to wait.
     pub waits: u64,
-    /// Objects created (including those finished off a cancelled caller, and by
-    /// `min_idle`).
+    /// Objects created (including those finished off a cancelled caller, by `min_idle`, and
+    /// those handed in with [`Pool::add`](super::Pool::add); not
+    /// [`Pool::dedicated`](super::Pool::dedicated) ones, which the pool never holds).
     pub created: u64,
     /// Creations finished on the pool's own task after their caller stopped waiting.
     pub created_off_caller: u64,
