@@ -434,3 +434,36 @@ async fn the_error_sink_hears_background_failures() {
     assert_eq!(f.pool.stats().panics, 1, "the sink's panic, contained");
     assert!(f.pool.get().await.is_ok(), "the pool goes on");
 }
+
+/// `retain_and_take` hands the rejected idle objects to the caller, detached, and frees
+/// their room; objects in use are not visited.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retain_and_take_hands_back_what_it_removed() {
+    let f = Fixture::new(3);
+    let objects = vec![
+        f.pool.get().await.unwrap(),
+        f.pool.get().await.unwrap(),
+        f.pool.get().await.unwrap(),
+    ];
+    let mut objects = objects.into_iter();
+    let busy = objects.next().unwrap();
+    drop(objects);
+    let taken = f.pool.retain_and_take(|conn, _| conn.id == 1);
+    assert_eq!((taken.kept, taken.panics), (1, 0));
+    let ids: Vec<u64> = taken.removed.iter().map(|conn| conn.id).collect();
+    assert_eq!(ids, vec![2], "the rejected idle one, not the one in use");
+    assert_eq!(
+        f.ledger.detaches.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert!(!f.ledger.was_dropped(2), "handed over, not dropped");
+    let status = f.pool.status();
+    assert_eq!((status.size, status.available, status.in_use), (2, 1, 1));
+    assert_eq!(f.pool.stats().detached, 1);
+    // Its room is free: a third object can be created beside the two.
+    let kept = f.pool.get().await.unwrap();
+    let new = f.pool.get().await.unwrap();
+    assert_eq!((kept.id, new.id), (1, 3));
+    drop((busy, kept, new, taken));
+    f.assert_balanced();
+}

@@ -512,30 +512,44 @@ impl<M: Manager> Pool<M> {
     /// many it kept and dropped. Each object is taken from its slot while `keep` looks at it,
     /// as a checkout would take it, so nobody else can have it meanwhile; objects in use are
     /// not visited. A `keep` that panics drops that object (the panic is logged and counted).
-    pub fn retain(&self, mut keep: impl FnMut(&M::Type, Meta) -> bool) -> Retained {
+    pub fn retain(&self, keep: impl FnMut(&M::Type, Meta) -> bool) -> Retained {
         let shared = self.shared();
-        let mut kept = 0;
-        let mut panics = 0;
-        let removed = shared.slots.retain(|pooled| {
-            let meta = shared.meta(pooled.stamps());
-            match catch(|| keep(&pooled.object, meta)) {
-                Ok(true) => {
-                    kept += 1;
-                    true
-                }
-                Ok(false) => false,
-                Err(panic) => {
-                    panics += 1;
-                    shared.panicked(Step::Retain, &panic);
-                    false
-                }
-            }
-        });
+        let (removed, kept, panics) = shared.retain(keep);
         let dropped = removed.len();
         shared.dispose(removed, Gone::RetainedOut);
         Retained {
             kept,
             dropped,
+            panics,
+        }
+    }
+
+    /// [`Pool::retain`], handing the objects `keep` rejects to the caller instead of dropping
+    /// them (deadpool's `RetainResult::removed`): each is detached ([`Manager::detach`]) and
+    /// leaves the pool as [`Object::take`] does (counted in `detached`); its room comes back
+    /// once all are handed over.
+    pub fn retain_and_take(
+        &self,
+        keep: impl FnMut(&M::Type, Meta) -> bool,
+    ) -> RetainTaken<M::Type> {
+        let shared = self.shared();
+        let (removed, kept, panics) = shared.retain(keep);
+        let mut taken = Vec::with_capacity(removed.len());
+        // The iterator gives the units back when dropped, after the loop.
+        for Pooled { mut object, anchor } in removed {
+            if let Err(panic) = catch(|| shared.manager.detach(&mut object)) {
+                shared.panicked(Step::Detach, &panic);
+            }
+            drop(anchor);
+            shared.counters.detached.incr();
+            taken.push(object);
+        }
+        if shared.config.min_idle > 0 && !taken.is_empty() {
+            shared.maintain.notify_one();
+        }
+        RetainTaken {
+            kept,
+            removed: taken,
             panics,
         }
     }
@@ -623,6 +637,17 @@ impl<M: Manager> fmt::Debug for Pool<M> {
     }
 }
 
+/// What [`Pool::retain_and_take`] did, and the objects it took out.
+#[derive(Debug)]
+pub struct RetainTaken<T> {
+    /// Idle objects kept.
+    pub kept: usize,
+    /// The idle objects rejected (or whose predicate panicked), detached, now the caller's.
+    pub removed: Vec<T>,
+    /// Predicate calls that panicked.
+    pub panics: usize,
+}
+
 /// What [`Pool::retain`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retained {
@@ -635,6 +660,32 @@ pub struct Retained {
 }
 
 impl<M: Manager> Shared<M> {
+    /// Takes out the idle objects `keep` rejects (a panicking `keep` rejects): them, and how
+    /// many were kept and how many calls panicked.
+    fn retain(
+        &self,
+        mut keep: impl FnMut(&M::Type, Meta) -> bool,
+    ) -> (Retired<'_, Pooled<M>>, usize, usize) {
+        let mut kept = 0;
+        let mut panics = 0;
+        let removed = self.slots.retain(|pooled| {
+            let meta = self.meta(pooled.stamps());
+            match catch(|| keep(&pooled.object, meta)) {
+                Ok(true) => {
+                    kept += 1;
+                    true
+                }
+                Ok(false) => false,
+                Err(panic) => {
+                    panics += 1;
+                    self.panicked(Step::Retain, &panic);
+                    false
+                }
+            }
+        });
+        (removed, kept, panics)
+    }
+
     /// The whole `get`: a plain try first (the common case never builds the wait), then
     /// waiting (unless the mode says not to), then readying the object.
     async fn get(self: &Arc<Self>, mode: Mode<'_>) -> Result<Object<M>, PoolError<M::Error>> {

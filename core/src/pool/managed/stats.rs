@@ -60,7 +60,8 @@ pub struct Stats {
     pub surplus: u64,
     /// Idle objects dropped by [`Pool::retain`](super::Pool::retain).
     pub retained_out: u64,
-    /// Objects taken out of the pool with [`Object::take`](super::Object::take).
+    /// Objects taken out of the pool with [`Object::take`](super::Object::take) or
+    /// [`Pool::retain_and_take`](super::Pool::retain_and_take).
     pub detached: u64,
     /// Panics of user code caught by the pool.
     pub panics: u64,
