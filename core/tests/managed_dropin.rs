@@ -467,3 +467,46 @@ async fn retain_and_take_hands_back_what_it_removed() {
     drop((busy, kept, new, taken));
     f.assert_balanced();
 }
+
+/// `stats().wait_time` adds up the time `get`s spent waiting, on the pool's clock (here a
+/// mock): a wait that got an object, one cut by its deadline, and one whose caller gave up;
+/// `get`s that did not wait add nothing.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn wait_time_adds_up_the_waits_on_the_pools_clock() {
+    let f = Fixture::new(1);
+    let held = f.pool.get().await.unwrap();
+    drop(f.pool.try_get().await.unwrap_err());
+    assert_eq!(
+        f.pool.stats().wait_time,
+        Duration::ZERO,
+        "a try does not wait"
+    );
+
+    // A waiter served after 3 s.
+    let mut waiter = std::pin::pin!(f.pool.get());
+    assert!(common::poll_once(waiter.as_mut()).is_pending());
+    f.time.advance(3 * SECOND);
+    drop(held);
+    let held = waiter.await.unwrap();
+    assert_eq!(f.pool.stats().wait_time, 3 * SECOND);
+
+    // A caller that gives up after 2 s counts its 2 s.
+    {
+        let mut gives_up = std::pin::pin!(f.pool.get());
+        assert!(common::poll_once(gives_up.as_mut()).is_pending());
+        f.time.advance(2 * SECOND);
+    }
+    // A deadline: the wait ends when tokio's timer fires; the pool's mock clock moved 1 s.
+    let timed = async {
+        let deadline = Timeouts::wait_millis(500);
+        let get = f.pool.get_timeouts(&deadline);
+        let mut get = std::pin::pin!(get);
+        assert!(common::poll_once(get.as_mut()).is_pending());
+        f.time.advance(SECOND);
+        get.await
+    };
+    assert_eq!(timed.await.unwrap_err().timed_out_in(), Some(Step::Wait));
+    let stats = f.pool.stats();
+    assert_eq!((stats.waits, stats.wait_time), (3, 6 * SECOND));
+    drop(held);
+}

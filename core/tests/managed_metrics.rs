@@ -40,3 +40,22 @@ async fn managed_stats_become_gauges_and_counters() {
     assert_eq!(capture.counter("slotpool_managed_panics_total{pool=db}"), 0);
     drop((held, recycled));
 }
+
+/// The total wait time is exported in nanoseconds.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_wait_time_is_exported() {
+    let f = Fixture::new(1);
+    let held = f.pool.get().await.unwrap();
+    let mut waiter = std::pin::pin!(f.pool.get());
+    assert!(common::poll_once(waiter.as_mut()).is_pending());
+    f.time.advance(std::time::Duration::from_millis(1500));
+    drop(held);
+    drop(waiter.await.unwrap());
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || f.pool.stats().export("db"));
+    assert_eq!(
+        capture.counter("slotpool_managed_wait_nanoseconds_total{pool=db}"),
+        1_500_000_000
+    );
+    assert_eq!(capture.counter("slotpool_managed_waits_total{pool=db}"), 1);
+}

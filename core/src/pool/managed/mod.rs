@@ -596,6 +596,7 @@ impl<M: Manager> Pool<M> {
             status: shared.status(),
             checkouts: shared.slots.counts().checkouts,
             waits: c.waits.get(),
+            wait_time: Duration::from_nanos(c.wait_nanos.get()),
             created: c.created.get(),
             created_off_caller: c.created_off_caller.get(),
             create_failures: c.create_failures.get(),
@@ -634,6 +635,27 @@ impl<M: Manager> fmt::Debug for Pool<M> {
         f.debug_struct("Pool")
             .field("status", &self.status())
             .finish_non_exhaustive()
+    }
+}
+
+/// Adds the time from `start` to its drop to the pool's total wait time.
+struct WaitClock<'a, M: Manager> {
+    shared: &'a Shared<M>,
+    start: quanta::Instant,
+}
+
+impl<M: Manager> Drop for WaitClock<'_, M> {
+    fn drop(&mut self) {
+        let shared = self.shared;
+        let waited = shared
+            .time
+            .clock
+            .now()
+            .saturating_duration_since(self.start);
+        shared
+            .counters
+            .wait_nanos
+            .add(crate::pool::reap::nanos(waited));
     }
 }
 
@@ -758,6 +780,11 @@ impl<M: Manager> Shared<M> {
         };
         mode.enter(Step::Wait);
         self.counters.waits.incr();
+        // Two clock reads, only for a caller that waits; a cancelled wait counts too.
+        let _clock = WaitClock {
+            shared: self,
+            start: self.time.clock.now(),
+        };
         match within(timeout, self.slots.checkout()).await {
             Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
             Err(after) => Err(PoolError::Timeout {

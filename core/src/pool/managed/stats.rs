@@ -38,6 +38,10 @@ pub struct Stats {
     pub checkouts: u64,
     /// `get`s that had to wait.
     pub waits: u64,
+    /// The time those `get`s spent waiting, in all (bb8's `get_wait_time`; the mean wait is
+    /// `wait_time / waits`), on the pool's clock: from the failed try to an object or room,
+    /// a deadline, or the caller giving up. Only a caller that waits reads the clock.
+    pub wait_time: std::time::Duration,
     /// Objects created (including those finished off a cancelled caller, by `min_idle`, and
     /// those handed in with [`Pool::add`](super::Pool::add); not
     /// [`Pool::dedicated`](super::Pool::dedicated) ones, which the pool never holds).
@@ -70,6 +74,7 @@ pub struct Stats {
 /// The counters (cold paths; striped, see `crate::sync::Counter`).
 pub(super) struct Counters {
     pub(super) waits: Counter,
+    pub(super) wait_nanos: Counter,
     pub(super) created: Counter,
     pub(super) created_off_caller: Counter,
     pub(super) create_failures: Counter,
@@ -87,6 +92,7 @@ impl Default for Counters {
     fn default() -> Self {
         Counters {
             waits: Counter::new(),
+            wait_nanos: Counter::new(),
             created: Counter::new(),
             created_off_caller: Counter::new(),
             create_failures: Counter::new(),
