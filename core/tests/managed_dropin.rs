@@ -510,3 +510,15 @@ async fn wait_time_adds_up_the_waits_on_the_pools_clock() {
     assert_eq!((stats.waits, stats.wait_time), (3, 6 * SECOND));
     drop(held);
 }
+
+/// Objects `retain_and_take` took out are replaced up to `min_idle` in the background at
+/// once (no reap interval here to do it later).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn retain_and_take_wakes_the_min_idle_top_up() {
+    let f = Fixture::with(4, |b| b.min_idle(2).reap_interval(None));
+    settle_until("prewarmed", || f.pool.status().available == 2).await;
+    let taken = f.pool.retain_and_take(|_, _| false);
+    assert_eq!(taken.removed.len(), 2);
+    settle_until("topped up again", || f.pool.status().available == 2).await;
+    assert_eq!(f.ledger.made(), 4);
+}
