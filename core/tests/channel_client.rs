@@ -219,6 +219,8 @@ async fn max_clients_waits_refuses_and_times_out() {
         clients.acquire().await.map(|g| g.slot())
     });
     settle(|| f.clients.stats().waiting > 0).await;
+    // The pool's (mock) clock: the waiter waits 3 s on it; the timed-out wait took none of it.
+    f.time.advance(Duration::from_secs(3));
     let slot_b = b.slot();
     drop(b);
     assert_eq!(
@@ -229,8 +231,10 @@ async fn max_clients_waits_refuses_and_times_out() {
     let stats = f.clients.stats();
     assert_eq!(
         (stats.created, stats.waits, stats.clients, stats.waiting),
-        (2, 1, 2, 0)
+        (2, 2, 2, 0),
+        "the timed-out acquire waited too"
     );
+    assert_eq!(stats.wait_time, Duration::from_secs(3));
     assert_eq!(stats.capacity, Some(2));
     drop(a);
 }

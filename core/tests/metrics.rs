@@ -76,6 +76,7 @@ fn client_and_session_snapshots_map_field_by_field() {
         waiting: 1,
         acquires: 40,
         waits: 7,
+        wait_time: std::time::Duration::from_millis(250),
         created: 5,
         make_failures: 2,
         discards: 1,
@@ -105,6 +106,10 @@ fn client_and_session_snapshots_map_field_by_field() {
     assert_eq!(
         capture.counter("slotpool_client_reaps_total{pool=clients}"),
         4
+    );
+    assert_eq!(
+        capture.counter("slotpool_client_wait_nanoseconds_total{pool=clients}"),
+        250_000_000
     );
     assert_eq!(capture.gauge("slotpool_session_in_use{pool=sessions}"), 0.0);
     assert_eq!(

@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `completed`, `failed`, `cancelled`, `spin_ups`, `connect_failures`, `stream_failures`, `panics`, `open_timeouts`, `stalls`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
 //! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps}_total` |
-//! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,created,make_failures,discards,reaps}_total` |
+//! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,wait_nanoseconds,created,make_failures,discards,reaps}_total` |
 //! | [`managed::Pool`](crate::managed::Pool) | `slotpool_managed_{max_size,size,available,in_use,waiting}` | `slotpool_managed_{checkouts,waits,wait_nanoseconds,created,created_off_caller,create_failures,recycled,discarded,expired,reaped,surplus,retained_out,detached,panics}_total` |
 //! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,released,reaped,rebuilt}_total` |
 //!
@@ -207,6 +207,11 @@ impl Export for ClientStats {
         gauge("slotpool_client_waiting", pool, self.waiting as f64);
         counter("slotpool_client_acquires_total", pool, self.acquires);
         counter("slotpool_client_waits_total", pool, self.waits);
+        counter(
+            "slotpool_client_wait_nanoseconds_total",
+            pool,
+            u64::try_from(self.wait_time.as_nanos()).unwrap_or(u64::MAX),
+        );
         counter("slotpool_client_created_total", pool, self.created);
         counter(
             "slotpool_client_make_failures_total",

@@ -77,7 +77,7 @@ use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
 use crate::panic::{catch, report, CatchUnwind, Panic};
-use crate::pool::managed::time::RecentClock;
+use crate::pool::managed::time::{RecentClock, WaitClock};
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
@@ -149,8 +149,12 @@ pub struct ClientStats {
     pub waiting: usize,
     /// Acquires that returned a guard.
     pub acquires: u64,
-    /// Acquires that had to wait.
+    /// Acquires that had to wait (including those that timed out or were dropped while
+    /// waiting).
     pub waits: u64,
+    /// The time those acquires spent waiting, in all, on the pool's clock (a caller that
+    /// gives up counts too). Only a caller that waits reads the clock.
+    pub wait_time: Duration,
     /// Clients built.
     pub created: u64,
     /// Builds that failed (the factory's errors and panics, and channels that could not be
@@ -330,6 +334,7 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
 /// Counters of the cold paths (acquires are counted per slot by their holders).
 struct Counters {
     waits: Counter,
+    wait_nanos: Counter,
     created: Counter,
     make_failures: Counter,
     discards: Counter,
@@ -340,6 +345,7 @@ impl Default for Counters {
     fn default() -> Self {
         Self {
             waits: Counter::new(),
+            wait_nanos: Counter::new(),
             created: Counter::new(),
             make_failures: Counter::new(),
             discards: Counter::new(),
@@ -460,21 +466,22 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
 
     /// Waits on the table's gate for a checkout (after a failed try), counting the wait.
     async fn wait(&self) -> Result<Checkout<Pooled<C, F>>, ClientError<F::Error>> {
-        let mut waited = false;
+        // Counted and timed from the first pending poll (a wait cut short counts too).
+        let mut clock = WaitClock::new(&self.time.clock, &self.counters.wait_nanos);
         let checkout = {
             let mut wait = pin!(self.slots.checkout());
             poll_fn(|cx| {
                 let poll = wait.as_mut().poll(cx);
-                waited |= poll.is_pending();
+                if poll.is_pending() && !clock.waited() {
+                    clock.start();
+                    self.counters.waits.incr();
+                }
                 poll
             })
             .await
         };
-        let checkout = checkout.map_err(|_| ClientError::Closed)?;
-        if waited {
-            self.counters.waits.incr();
-        }
-        Ok(checkout)
+        drop(clock);
+        checkout.map_err(|_| ClientError::Closed)
     }
 
     fn reap(&self, now: quanta::Instant) -> usize {
@@ -619,6 +626,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
             waiting: counts.table.waiting,
             acquires: counts.checkouts,
             waits: c.waits.get(),
+            wait_time: Duration::from_nanos(c.wait_nanos.get()),
             created: c.created.get(),
             make_failures: c.make_failures.get(),
             discards: c.discards.get(),

@@ -161,7 +161,7 @@ use contain::{within, Contained};
 use create::Creating;
 use manager::{run_hooks, Hooks};
 use stats::Counters;
-use time::RecentClock;
+use time::{RecentClock, WaitClock};
 
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, Retired};
@@ -638,27 +638,6 @@ impl<M: Manager> fmt::Debug for Pool<M> {
     }
 }
 
-/// Adds the time from `start` to its drop to the pool's total wait time.
-struct WaitClock<'a, M: Manager> {
-    shared: &'a Shared<M>,
-    start: quanta::Instant,
-}
-
-impl<M: Manager> Drop for WaitClock<'_, M> {
-    fn drop(&mut self) {
-        let shared = self.shared;
-        let waited = shared
-            .time
-            .clock
-            .now()
-            .saturating_duration_since(self.start);
-        shared
-            .counters
-            .wait_nanos
-            .add(crate::pool::reap::nanos(waited));
-    }
-}
-
 /// What [`Pool::retain_and_take`] did, and the objects it took out.
 #[derive(Debug)]
 pub struct RetainTaken<T> {
@@ -781,10 +760,8 @@ impl<M: Manager> Shared<M> {
         mode.enter(Step::Wait);
         self.counters.waits.incr();
         // Two clock reads, only for a caller that waits; a cancelled wait counts too.
-        let _clock = WaitClock {
-            shared: self,
-            start: self.time.clock.now(),
-        };
+        let mut clock = WaitClock::new(&self.time.clock, &self.counters.wait_nanos);
+        clock.start();
         match within(timeout, self.slots.checkout()).await {
             Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
             Err(after) => Err(PoolError::Timeout {
