@@ -337,6 +337,7 @@ async fn add_puts_an_object_in_within_the_size() {
     let third_id = third.id;
     let refused = f.pool.add(third).unwrap_err();
     assert!(matches!(refused, AddError::NoCapacity(_)), "{refused}");
+    assert_eq!(refused.to_string(), "no room in the pool for the added object");
     let back = refused.into_inner();
     assert_eq!(back.id, third_id, "handed back");
     drop(back);
@@ -344,7 +345,8 @@ async fn add_puts_an_object_in_within_the_size() {
     f.pool.close();
     let refused = f.pool.add(f.pool.manager().create().await.unwrap());
     assert!(matches!(refused, Err(AddError::Closed(_))));
-    drop(refused);
+    let error: Box<dyn std::error::Error> = Box::new(refused.unwrap_err());
+    assert_eq!(error.to_string(), "the pool is closed");
     // The two handed back were the manager's, dropped by the test: counted made, not created.
     assert_eq!(f.ledger.made(), f.pool.stats().created + 2);
 }
