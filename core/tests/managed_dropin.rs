@@ -337,7 +337,10 @@ async fn add_puts_an_object_in_within_the_size() {
     let third_id = third.id;
     let refused = f.pool.add(third).unwrap_err();
     assert!(matches!(refused, AddError::NoCapacity(_)), "{refused}");
-    assert_eq!(refused.to_string(), "no room in the pool for the added object");
+    assert_eq!(
+        refused.to_string(),
+        "no room in the pool for the added object"
+    );
     let back = refused.into_inner();
     assert_eq!(back.id, third_id, "handed back");
     drop(back);
