@@ -122,11 +122,21 @@
 //!
 //! [`Pool::resize`] changes the size at run time: growing wakes waiters; shrinking drops idle
 //! objects at once (highest slots first) and objects in use as they come back, never more
-//! than needed. [`Pool::retain`] drops idle objects a predicate rejects. `max_lifetime` is
-//! checked at checkout, at return and by the reaper; `idle_timeout` by the reaper, which
-//! keeps `min_idle` objects; `min_idle` is topped up in the background. [`Pool::close`] (or
-//! dropping the last handle) fails waiters with `Closed`, drops idle objects, and drops the
-//! objects in use as they come back.
+//! than needed. [`Pool::retain`] drops idle objects a predicate rejects
+//! ([`Pool::retain_and_take`] hands them to the caller). `max_lifetime` is checked at
+//! checkout, at return and by the reaper; `idle_timeout` by the reaper, which keeps
+//! `min_idle` objects; `min_idle` is topped up in the background, after objects are dropped
+//! and after checkouts that may leave fewer idle. The background task starts at build inside
+//! a tokio runtime, or at the first creation inside one (a pool built in a `static`).
+//! [`Pool::close`] (or dropping the last handle) fails waiters with `Closed`, drops idle
+//! objects, and drops the objects in use as they come back.
+//!
+//! # By deadpool's and bb8's names
+//!
+//! [`Timeouts`] and [`Pool::get_timeouts`] (deadpool's `timeout_get`), [`Pool::timeouts`],
+//! [`Object::pool`]; [`Pool::add`], [`Pool::dedicated`] (bb8's `dedicated_connection`) and
+//! [`PoolBuilder::error_sink`]; [`Stats::wait_time`] (bb8's `get_wait_time`). The porting
+//! guide (`docs/porting.md`) has the whole table.
 //!
 //! This module owns the objects' lifecycle; slots, the live count and waiting are
 //! [`crate::exclusive`]'s and the gate's.
