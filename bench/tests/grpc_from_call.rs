@@ -22,7 +22,9 @@ use std::time::Duration;
 use slotpool::channel::ChannelPool;
 use slotpool::client::ClientPool;
 use slotpool::stream::{RequestError, StreamConnector, StreamPool};
-use slotpool::tonic::{ClientFn, EndpointConnector, TonicStreamConnector, TonicStreamError};
+use slotpool::tonic::{
+    BoxedCallConnector, ClientFn, EndpointConnector, TonicStreamConnector, TonicStreamError,
+};
 use slotpool::Reach;
 use slotpool_bench::grpc::server::TestServer;
 use slotpool_bench::grpc::{page_request, page_stamp, PageServiceClient};
@@ -360,6 +362,65 @@ async fn reflection_in_order_at_depth_every_caller_gets_its_own_response() {
         stack.streams.stats().table.in_flight == 0
     })
     .await;
+}
+
+/// The reflection stream pool by a type one can write: what `from_boxed_call` is for.
+type NamedReflectionPool = StreamPool<
+    BoxedCallConnector<
+        EndpointConnector,
+        ClientFn<fn(Channel) -> ServerReflectionClient<Channel>>,
+        ServerReflectionRequest,
+        ServerReflectionResponse,
+    >,
+>;
+
+/// A service's state, holding the pool in a plain field (no `impl Trait`, no trait alias).
+struct ReflectionService {
+    streams: Arc<NamedReflectionPool>,
+}
+
+/// `from_boxed_call`: the same closure as `from_call`, a connector type that can be named,
+/// and a pool that handlers use from tasks of their own; requests go through in order, each
+/// caller getting its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boxed_call_connector_has_a_name_and_works_the_same() {
+    let server = ReflectionServer::start().expect("bind 127.0.0.1:0");
+    let clock = quanta::Clock::new();
+    let (_channels, clients) = pools(&server.uri(), &clock, ServerReflectionClient::new);
+    let connector =
+        TonicStreamConnector::from_boxed_call(clients, |mut client, outbound| async move {
+            client.server_reflection_info(outbound).await
+        });
+    let service = ReflectionService {
+        streams: Arc::new(
+            StreamPool::builder(connector)
+                .max_streams(2)
+                .max_queue_depth(4)
+                .reap_interval(None)
+                .build()
+                .expect("valid stream pool"),
+        ),
+    };
+    let tasks: Vec<_> = (0..4u32)
+        .map(|task| {
+            let streams = Arc::clone(&service.streams);
+            // What a handler does, in a task of its own.
+            tokio::spawn(async move {
+                for round in 0..10u32 {
+                    let request = ask(format!("b{task}-r{round}"), task + round);
+                    let guard = streams.acquire().await.expect("room on a stream");
+                    let response = guard.send(request.clone()).await.expect("answered");
+                    assert_answers(&request, &response);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        guarded("a caller task", task).await.expect("no panic");
+    }
+    let stats = service.streams.stats();
+    assert_eq!((stats.completed, stats.failed), (40, 0), "{stats:?}");
+    assert_eq!((stats.late_responses, stats.unknown_responses), (0, 0));
 }
 
 /// Server killed: every request ends in a typed error within the caller's deadline, a

@@ -433,6 +433,69 @@ where
     }
 }
 
+/// The future a [`BoxedCall`] returns.
+pub type BoxedCallFuture<Resp> =
+    Pin<Box<dyn Future<Output = Result<Streaming<Resp>, Status>> + Send>>;
+
+/// A [`StreamCall`] from a closure, boxed behind a type that can be written (the closure's
+/// own type cannot): see [`TonicStreamConnector::from_boxed_call`] and
+/// [`BoxedCallConnector`]. One allocation per stream opened, none per request.
+pub struct BoxedCall<Client, Req, Resp> {
+    call: Box<dyn Fn(Client, Outbound<Req>) -> BoxedCallFuture<Resp> + Send + Sync>,
+}
+
+impl<Client, Req, Resp> BoxedCall<Client, Req, Resp> {
+    /// Boxes `call`: `|mut client, outbound| async move { client.method(outbound).await }`.
+    pub fn new<Call, Fut, Out>(call: Call) -> Self
+    where
+        Call: Fn(Client, Outbound<Req>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, Status>> + Send + 'static,
+        Out: IntoStreaming<Message = Resp>,
+    {
+        Self {
+            call: Box::new(move |client, outbound| {
+                let call = call(client, outbound);
+                Box::pin(async move { call.await.map(IntoStreaming::into_streaming) })
+            }),
+        }
+    }
+}
+
+impl<Client, Req, Resp> fmt::Debug for BoxedCall<Client, Req, Resp> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoxedCall").finish_non_exhaustive()
+    }
+}
+
+impl<Client, Req, Resp> StreamCall<Client> for BoxedCall<Client, Req, Resp>
+where
+    Client: 'static,
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    type Request = Req;
+    type Response = Resp;
+
+    fn call(
+        &self,
+        client: Client,
+        outbound: Outbound<Req>,
+    ) -> impl Future<Output = Result<Streaming<Resp>, Status>> + Send {
+        (self.call)(client, outbound)
+    }
+}
+
+/// The connector [`TonicStreamConnector::from_boxed_call`] builds, by a name users can write
+/// (a struct field holding a `StreamPool<BoxedCallConnector<..>>`, a type alias): the channel
+/// connector `C`, the client factory `F`, the request and response messages. Responses are
+/// matched in order, as [`TonicStreamConnector::from_call`]'s are until ids are set.
+pub type BoxedCallConnector<C, F, Req, Resp> = TonicStreamConnector<
+    C,
+    F,
+    BoxedCall<<F as ClientFactory<<C as ChannelConnector>::Channel>>::Client, Req, Resp>,
+    Ids<Unset, Unset, Unset>,
+>;
+
 /// What a bidirectional call returns that holds the inbound [`Streaming`]: the generated
 /// method's own `tonic::Response<Streaming<_>>`, or the `Streaming` itself.
 pub trait IntoStreaming: Send {
@@ -668,6 +731,36 @@ where
         Self {
             clients,
             call: CallFn::new(call),
+            ids: Ids {
+                request_id: Unset,
+                set_request_id: Unset,
+                response_id: Unset,
+            },
+        }
+    }
+}
+
+impl<C, F, Req, Resp> BoxedCallConnector<C, F, Req, Resp>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+    F::Client: Clone,
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    /// [`TonicStreamConnector::from_call`] with the call boxed ([`BoxedCall`]), so that the
+    /// connector's type has a name, [`BoxedCallConnector<C, F, Req, Resp>`](BoxedCallConnector),
+    /// for a pool kept in a struct field. The closure is the same, and so is the matching (in
+    /// order).
+    pub fn from_boxed_call<Call, Fut, Out>(clients: Arc<ClientPool<C, F>>, call: Call) -> Self
+    where
+        Call: Fn(F::Client, Outbound<Req>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Out, Status>> + Send + 'static,
+        Out: IntoStreaming<Message = Resp>,
+    {
+        Self {
+            clients,
+            call: BoxedCall::new(call),
             ids: Ids {
                 request_id: Unset,
                 set_request_id: Unset,
