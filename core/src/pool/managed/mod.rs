@@ -985,6 +985,10 @@ impl<M: Manager> Shared<M> {
 
     /// Detaches and drops one object, each step under a panic guard (a panic is counted and
     /// logged, and fails no caller: the object was on its way out).
+    ///
+    /// Dropping the anchor may drop the last `Arc` to this state while a `Retired` still
+    /// borrows the slots: every caller must reach `self` through a pool handle, an upgraded
+    /// `Weak`, or an anchor clone it holds (`Object`'s drop clones one before `check_in`).
     fn close_object(&self, pooled: Pooled<M>) {
         let Pooled { object, anchor } = pooled;
         self.drop_object(object);
