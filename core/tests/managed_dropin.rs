@@ -527,3 +527,114 @@ async fn retain_and_take_wakes_the_min_idle_top_up() {
     settle_until("topped up again", || f.pool.status().available == 2).await;
     assert_eq!(f.ledger.made(), 4);
 }
+
+/// Three objects out at once, then returned, then taken one at a time `rounds * 3` times:
+/// the ids a single caller gets, in order.
+async fn one_caller_sequence(pool: &Pool<Scripted>, rounds: usize) -> Vec<u64> {
+    let all = [
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+    ];
+    drop(all);
+    let mut seen = Vec::new();
+    for _ in 0..rounds * 3 {
+        seen.push(pool.get().await.unwrap().id);
+    }
+    seen
+}
+
+/// `QueueMode::Fifo` uses every idle object in turn, and `QueueMode::Lowest` (the default,
+/// and what `QueueMode::Lifo` names) keeps taking the lowest: the object just returned.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn queue_mode_fifo_takes_each_idle_object_in_turn() {
+    use slotpool::managed::QueueMode;
+    let fifo = Fixture::with(3, |b| b.queue_mode(QueueMode::Fifo));
+    assert_eq!(
+        one_caller_sequence(&fifo.pool, 3).await,
+        [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    );
+    fifo.assert_balanced();
+
+    for lowest in [
+        Fixture::new(3),
+        Fixture::with(3, |b| b.queue_mode(QueueMode::Lifo)),
+    ] {
+        assert_eq!(one_caller_sequence(&lowest.pool, 2).await, [0; 6]);
+        lowest.assert_balanced();
+    }
+    assert_eq!(QueueMode::default(), QueueMode::Lowest);
+    assert_eq!(QueueMode::Lifo, QueueMode::Lowest);
+}
+
+/// In turn also past objects in use: the search starts after the last checkout and skips
+/// what is taken, wrapping around; a new object goes in the lowest empty slot.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn queue_mode_fifo_skips_objects_in_use_and_wraps() {
+    use slotpool::managed::QueueMode;
+    let f = Fixture::with(4, |b| b.queue_mode(QueueMode::Fifo));
+    let made: Vec<_> = [
+        f.pool.get().await.unwrap(),
+        f.pool.get().await.unwrap(),
+        f.pool.get().await.unwrap(),
+    ]
+    .into();
+    drop(made);
+    let first = f.pool.get().await.unwrap(); // 0
+    let second = f.pool.get().await.unwrap(); // 1
+    drop(first);
+    let third = f.pool.get().await.unwrap(); // 2 (after 1), not the 0 just returned
+    let fourth = f.pool.get().await.unwrap(); // wraps to 0
+    let fifth = f.pool.get().await.unwrap(); // none idle: a new one, slot 3
+    assert_eq!(
+        (second.id, third.id, fourth.id, fifth.id),
+        (1, 2, 0, 3),
+        "in turn, skipping the one in use"
+    );
+    drop((second, third, fourth, fifth));
+    // The cursor stands after slot 0's checkout: slots 1, 2, 3 and 0 again.
+    let ids: Vec<u64> = {
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            ids.push(f.pool.get().await.unwrap().id);
+        }
+        ids
+    };
+    assert_eq!(ids, [1, 2, 3, 0]);
+    f.assert_balanced();
+}
+
+/// With `QueueMode::Fifo` the idle objects are not the ones above the last one taken, so a
+/// checkout counts them to decide whether `min_idle` needs a top-up, and tops up at once even
+/// after the cursor wrapped around to a low slot with objects in use above it.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn min_idle_is_topped_up_after_checkouts_in_fifo_order() {
+    use slotpool::managed::QueueMode;
+    let f = Fixture::with(6, |b| {
+        b.min_idle(2)
+            .reap_interval(None)
+            .queue_mode(QueueMode::Fifo)
+    });
+    let pool = &f.pool;
+    let available = |n: usize| move || pool.status().available == n;
+    settle_until("prewarmed", available(2)).await;
+    let mut held = Vec::new();
+    for made in [3, 4, 5] {
+        held.push(f.pool.get().await.unwrap());
+        settle_until("topped up after a checkout", available(2)).await;
+        assert_eq!(f.ledger.made(), made);
+    }
+    assert_eq!(held.iter().map(|o| o.id).collect::<Vec<_>>(), [0, 1, 2]);
+    held.drain(..2); // Idle now: 0, 1, 3, 4; the cursor stands at slot 3.
+    let d = f.pool.get().await.unwrap();
+    let e = f.pool.get().await.unwrap();
+    tokio::task::yield_now().await;
+    assert_eq!((f.pool.status().available, f.ledger.made()), (2, 5));
+    // Wraps to slot 0 with 1 above it idle (slot 1) and 3 in use (2, 3, 4).
+    let wrapped = f.pool.get().await.unwrap();
+    assert_eq!((d.id, e.id, wrapped.id), (3, 4, 0));
+    settle_until("topped up after the wrap", available(2)).await;
+    assert_eq!(f.ledger.made(), 6);
+    drop((held, d, e, wrapped));
+    f.assert_balanced();
+}

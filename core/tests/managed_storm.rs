@@ -15,7 +15,7 @@ use common::join_all;
 use common::managed::Fixture;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slotpool::managed::{Object, PoolError};
+use slotpool::managed::{Object, PoolError, QueueMode};
 
 const TASKS: u64 = 24;
 const ROUNDS: u64 = 250;
@@ -29,10 +29,21 @@ async fn yields(n: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn storm_with_cancellations_failures_and_panics_balances_exactly() {
+    storm(QueueMode::Lowest).await;
+}
+
+/// The same storm with every idle object taken in turn (the rotating search and its cursor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn storm_in_fifo_order_balances_exactly() {
+    storm(QueueMode::Fifo).await;
+}
+
+async fn storm(queue_mode: QueueMode) {
     let f = Arc::new(Fixture::with(MAX, |b| {
         b.create_timeout(None)
             .recycle_timeout(None)
             .max_lifetime(Some(Duration::from_secs(120)))
+            .queue_mode(queue_mode)
     }));
     f.script.random(0x5107_9001);
     let outcomes = Arc::new(Outcomes::default());

@@ -20,7 +20,7 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::exclusive::{CheckIn, Checkout, ExclusiveSlots, IdleStamps};
+use slotpool::exclusive::{CheckIn, Checkout, ExclusiveSlots, IdleStamps, Reuse};
 use slotpool::{Capacity, Closed, TryAcquireError};
 use slotpool_loom_tests::model;
 
@@ -66,7 +66,12 @@ fn spawn_waiter<R: Send + 'static>(
 
 /// A table of `size` slots holding `values` idle, in slots 0, 1, … (idle stamp 0, born 0).
 fn idle_values(size: usize, values: &[u32]) -> ExclusiveSlots<u32> {
-    let slots = ExclusiveSlots::new(Capacity::Bounded(size)).unwrap();
+    idle_values_in_order(size, values, Reuse::Lowest)
+}
+
+/// [`idle_values`] with the given reuse order.
+fn idle_values_in_order(size: usize, values: &[u32], reuse: Reuse) -> ExclusiveSlots<u32> {
+    let slots = ExclusiveSlots::with_reuse(Capacity::Bounded(size), reuse).unwrap();
     let leases: Vec<_> = values
         .iter()
         .map(|_| match slots.try_checkout() {
@@ -740,4 +745,130 @@ fn a_surplus_value_counts_until_closed_across_a_regrowth() {
     reach
         .explored(2)
         .reached_all(&["built after the close", "refused during the close"]);
+}
+
+// --- rotating reuse (`QueueMode::Fifo`) ----------------------------------------------------
+
+/// A rotating table of `size` slots with `values` idle in slots 0, 1, … and its cursor moved
+/// past slot 0 (one checkout and return of slot 0's value before the threads start).
+fn rotating_past_slot_0(size: usize, values: &[u32]) -> ExclusiveSlots<u32> {
+    let slots = idle_values_in_order(size, values, Reuse::Rotate);
+    let (lease, value) = take(&slots);
+    assert_eq!(
+        (lease.index(), value),
+        (0, values[0]),
+        "a fresh cursor starts at 0"
+    );
+    assert!(matches!(slots.check_in(lease, value, 0), CheckIn::Kept));
+    slots
+}
+
+/// Takes an idle value on a new thread without waiting and hands it (held) to the joiner.
+fn take_on_a_thread(
+    slots: &Arc<ExclusiveSlots<u32>>,
+) -> thread::JoinHandle<(slotpool::exclusive::Lease, u32)> {
+    let slots = Arc::clone(slots);
+    thread::spawn(move || match slots.try_checkout() {
+        Ok(Checkout::Idle { lease, value }) => (lease, value),
+        other => panic!("a value was idle for this caller throughout, got {other:?}"),
+    })
+}
+
+/// Two rotating checkouts read the same cursor (slot 1) and race for the same slot with the
+/// table's CAS: the loser finds it held (a stale room hint: cleared), rescans past the
+/// cursor, finds nothing, and wraps around to slot 0. Neither comes back empty-handed and no
+/// value goes out twice. Reached: each thread winning slot 1.
+#[test]
+fn rotating_checkouts_racing_for_the_cursors_slot_take_different_values() {
+    let reach = model(|reach| {
+        let slots = Arc::new(rotating_past_slot_0(2, &[7, 9]));
+        let first = take_on_a_thread(&slots);
+        let second = take_on_a_thread(&slots);
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        // Both held at once: two different values.
+        match (a.1, b.1) {
+            (9, 7) => reach.hit("the first took the cursor's slot"),
+            (7, 9) => reach.hit("the second took the cursor's slot"),
+            other => panic!("a value went out twice: {other:?}"),
+        }
+        for (lease, value) in [a, b] {
+            assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+        }
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 2);
+    });
+    reach.explored(2).reached_all(&[
+        "the first took the cursor's slot",
+        "the second took the cursor's slot",
+    ]);
+}
+
+/// A rotating checkout whose cursor's slot (1) the reaper takes: the checkout either gets
+/// slot 1's value first, or loses it and takes slot 0's, idle throughout: it never comes back
+/// empty-handed, and the reaped value is retired once.
+#[test]
+fn rotating_checkout_vs_reap_of_the_cursors_slot() {
+    let reach = model(|reach| {
+        let slots = Arc::new(rotating_past_slot_0(2, &[7, 9]));
+        let acquirer = take_on_a_thread(&slots);
+        let reaped = slots.reap_by(|stamps: IdleStamps| stamps.index == 1);
+        let (lease, acquired) = acquirer.join().unwrap();
+        assert!(matches!(slots.check_in(lease, acquired, 1), CheckIn::Kept));
+        match (acquired, reaped.as_slice()) {
+            (9, []) => reach.hit("took the cursor's value first"),
+            (7, [(9, _)]) => reach.hit("wrapped past the reaped slot"),
+            other => panic!("a value was handed out twice or lost: {other:?}"),
+        }
+        drop(reaped); // closed: its unit of the bound goes back
+        assert_settled(&slots);
+    });
+    reach.explored(2).reached_all(&[
+        "took the cursor's value first",
+        "wrapped past the reaped slot",
+    ]);
+}
+
+/// Growth racing a rotating checkout whose cursor stands past the first segment (two slots
+/// under loom): a builder claims slot 2 (the table grows a segment) and returns a new value
+/// there while the checkout searches from the cursor. The checkout takes the new value if it
+/// is back in time, else wraps to slot 0's; every value ends idle in its slot.
+#[test]
+fn rotating_checkout_vs_growth_past_the_cursor() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values_in_order(3, &[7, 9], Reuse::Rotate));
+        // Cursor past slot 1: the values of slots 0 and 1 out and back, in turn.
+        let (l0, v0) = take(&slots);
+        let (l1, v1) = take(&slots);
+        assert_eq!((l0.index(), l1.index()), (0, 1));
+        assert!(matches!(slots.check_in(l0, v0, 0), CheckIn::Kept));
+        // Slot 1 stays held, so the builder's claim cannot join it.
+        let builder = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let lease = match slots.try_open() {
+                    Some(lease) => lease,
+                    None => panic!("room for a third value"),
+                };
+                assert_eq!(lease.index(), 2, "the lowest empty slot grows the table");
+                slots.occupy_born(&lease, 1);
+                assert!(matches!(slots.check_in(lease, 11, 1), CheckIn::Kept));
+            })
+        };
+        let acquirer = take_on_a_thread(&slots);
+        builder.join().unwrap();
+        let (lease, value) = acquirer.join().unwrap();
+        let index = lease.index();
+        assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+        match (index, value) {
+            (2, 11) => reach.hit("took the new value past the cursor"),
+            (0, 7) => reach.hit("wrapped to slot 0"),
+            other => panic!("unexpected checkout {other:?}"),
+        }
+        assert!(matches!(slots.check_in(l1, v1, 0), CheckIn::Kept));
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 3);
+    });
+    reach
+        .explored(2)
+        .reached_all(&["took the new value past the cursor", "wrapped to slot 0"]);
 }

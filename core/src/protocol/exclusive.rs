@@ -57,6 +57,13 @@
 //! build) frees a unit of `live` at once and wakes the oldest waiter to build; retiring a
 //! value frees its unit once the owner has closed the value.
 //!
+//! **Rotating reuse** ([`ExclusiveSlots::with_reuse`]`(`[`Reuse::Rotate`]`)`): the join starts
+//! at a cursor one past the last slot a checkout took and wraps around to the lowest, so the
+//! values are used in turn. The cursor is a hint (a relaxed load before the join, a relaxed
+//! store after it): two checkouts that read the same cursor race for the same slot with the
+//! same CAS as any two joins, and the loser takes the next one. Everything else (the bound,
+//! the hand-over to waiters, the reaper's handshake) is the same.
+//!
 //! # Return, shrinking and closing
 //!
 //! [`ExclusiveSlots::check_in`] first compares `live` with `size` (two loads of one line). Over
@@ -171,6 +178,20 @@ pub const MAX_STAMP: u64 = (1 << 62) - 1;
 /// How many times an acquirer that lost a slot to the reaper looks again before it waits (a
 /// waiter is woken when the reaper's drain frees the slot).
 const LOST_RETRIES: usize = 64;
+
+/// Which idle value a checkout takes ([`ExclusiveSlots::with_reuse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reuse {
+    /// The lowest-index idle value (one bitmap load, one CAS): the values at the bottom stay
+    /// hot and the ones above them go idle, so the idle ones can be reaped.
+    #[default]
+    Lowest,
+    /// The idle value at or after a cursor one past the last checkout's slot, wrapping
+    /// around: every value is used in turn (a FIFO of idle values, for a single caller). One
+    /// more load and store of the cursor per checkout; idle values are seldom idle long
+    /// enough to be reaped.
+    Rotate,
+}
 
 // ---------------------------------------------------------------------------------------------
 // The idle word
@@ -570,6 +591,9 @@ pub struct ExclusiveSlots<T> {
     /// Serialises reaper and closing passes (cold), so a pass's step 3 sees only its own
     /// `Reaping`.
     reaping: Mutex<()>,
+    /// [`Reuse::Rotate`]'s cursor: one past the slot of the last checkout (a hint; see the
+    /// module docs). `None` for [`Reuse::Lowest`].
+    cursor: Option<CachePadded<AtomicUsize>>,
 }
 
 impl<T> ExclusiveSlots<T> {
@@ -579,6 +603,14 @@ impl<T> ExclusiveSlots<T> {
     /// [`ConfigError::Zero`]`("slots")` for a bound of 0, [`ConfigError::TooLarge`] above
     /// [`MAX_SIZE`].
     pub fn new(capacity: Capacity) -> Result<Self, ConfigError> {
+        Self::with_reuse(capacity, Reuse::Lowest)
+    }
+
+    /// [`ExclusiveSlots::new`] with the given reuse order.
+    ///
+    /// # Errors
+    /// As [`ExclusiveSlots::new`].
+    pub fn with_reuse(capacity: Capacity, reuse: Reuse) -> Result<Self, ConfigError> {
         let size = match capacity {
             Capacity::Bounded(n) => Self::check_size("slots", n)?,
             Capacity::Unbounded => usize::MAX,
@@ -594,6 +626,10 @@ impl<T> ExclusiveSlots<T> {
                 closing: AtomicUsize::new(0),
             }),
             reaping: Mutex::new(()),
+            cursor: match reuse {
+                Reuse::Lowest => None,
+                Reuse::Rotate => Some(CachePadded::new(AtomicUsize::new(0))),
+            },
         })
     }
 
@@ -641,11 +677,37 @@ impl<T> ExclusiveSlots<T> {
     /// (one CAS and one load of its idle word); everything else out of line.
     #[inline]
     fn attempt(&self) -> Option<Checkout<T>> {
+        if let Some(cursor) = &self.cursor {
+            return self.attempt_rotating(cursor);
+        }
         if let Some(reservation) = self.table.reserve_fast() {
             match self.admit(reservation, true) {
                 Some(checkout) => return Some(checkout),
                 None => return self.attempt_slow(Some(reservation.index())),
             }
+        }
+        self.attempt_slow(None)
+    }
+
+    /// [`ExclusiveSlots::attempt`] in [`Reuse::Rotate`] order: the first idle value at or
+    /// after the cursor, else the lowest (the wrap-around), and the cursor moved past it. A
+    /// slot lost to the reaper, and no idle value at all, go the lowest-first way.
+    #[inline(never)]
+    fn attempt_rotating(&self, cursor: &AtomicUsize) -> Option<Checkout<T>> {
+        let start = cursor.load(Ordering::Relaxed);
+        let joined = match start {
+            0 => None,
+            _ => self.table.join_from(start),
+        };
+        if let Some(reservation) = joined.or_else(|| self.table.join_only()) {
+            let index = reservation.index();
+            return match self.admit(reservation, true) {
+                Some(checkout) => {
+                    cursor.store(index + 1, Ordering::Relaxed);
+                    Some(checkout)
+                }
+                None => self.attempt_slow(Some(index)),
+            };
         }
         self.attempt_slow(None)
     }

@@ -11,7 +11,7 @@ use super::stats::Counters;
 use super::time::RecentClock;
 use super::{Config, Pool, PoolHandle, Shared};
 use crate::error::ConfigError;
-use crate::exclusive::{ExclusiveSlots, MAX_SIZE};
+use crate::exclusive::{ExclusiveSlots, Reuse, MAX_SIZE};
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
@@ -51,6 +51,7 @@ pub enum Recycle {
 /// assert_eq!(t.recycle, None);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 pub struct Timeouts {
     /// How long a `get` waits for an object or for room to create one; past it the `get`
     /// fails with [`PoolError::Timeout`](super::PoolError::Timeout) in step `wait`.
@@ -84,6 +85,66 @@ impl Timeouts {
     }
 }
 
+/// Which idle object a `get` takes: [`PoolBuilder::queue_mode`].
+///
+/// The default, [`QueueMode::Lowest`], takes the idle object in the lowest slot: the objects
+/// at the bottom of the table are used again and again while the ones above them go idle, so
+/// `idle_timeout` can close what a quieter load no longer needs, and a connection that is
+/// used often stays warm (its caches, its server backend's). [`QueueMode::Fifo`] uses every
+/// idle object in turn (round robin: the search starts one past the slot of the last
+/// checkout and wraps around), as deadpool's default does: the load spreads over every
+/// connection, which keeps each one's server-side state (and a load balancer's view of it)
+/// even, and on some machines wins at one task; idle objects are then seldom idle long
+/// enough to be reaped. `Fifo` costs one more load and store of a shared cursor per
+/// checkout.
+///
+/// ```
+/// # use std::convert::Infallible;
+/// use slotpool::managed::{Manager, Pool, QueueMode};
+/// # struct Counter(std::sync::atomic::AtomicU32);
+/// # impl Manager for Counter {
+/// #     type Type = u32;
+/// #     type Error = Infallible;
+/// #     async fn create(&self) -> Result<u32, Infallible> {
+/// #         Ok(self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let pool = Pool::builder(Counter(Default::default()))
+///     .max_size(3)
+///     .queue_mode(QueueMode::Fifo)
+///     .build()
+///     .expect("valid configuration");
+/// // Three objects, created by three callers at once, then used in turn by one.
+/// let all = [pool.get().await.unwrap(), pool.get().await.unwrap(), pool.get().await.unwrap()];
+/// drop(all);
+/// let mut seen = Vec::new();
+/// for _ in 0..6 {
+///     seen.push(*pool.get().await.unwrap());
+/// }
+/// assert_eq!(seen, [0, 1, 2, 0, 1, 2]);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
+pub enum QueueMode {
+    /// The idle object in the lowest slot (the default). At one caller this is deadpool's
+    /// `Lifo`: the object just returned is the lowest idle one, so it goes out again.
+    #[default]
+    #[cfg_attr(feature = "serde", serde(alias = "Lifo"))]
+    Lowest,
+    /// Every idle object in turn (round robin), deadpool's `Fifo`: at one caller, the object
+    /// idle the longest goes out first.
+    Fifo,
+}
+
+#[allow(non_upper_case_globals)]
+impl QueueMode {
+    /// deadpool's name for the order closest to [`QueueMode::Lowest`] (the same at one
+    /// caller), so that ported code compiles.
+    pub const Lifo: QueueMode = QueueMode::Lowest;
+}
+
 /// Builder for a managed [`Pool`]; see [`Pool::builder`].
 pub struct PoolBuilder<M: Manager> {
     manager: M,
@@ -94,6 +155,7 @@ pub struct PoolBuilder<M: Manager> {
     /// The setters that set each of `timeouts` last (for errors).
     timeout_names: [&'static str; 3],
     recycle: Recycle,
+    queue_mode: QueueMode,
     hooks: Hooks<M>,
     settings: Settings,
 }
@@ -114,6 +176,7 @@ impl<M: Manager> PoolBuilder<M> {
             },
             timeout_names: ["wait_timeout", "create_timeout", "recycle_timeout"],
             recycle: Recycle::Always,
+            queue_mode: QueueMode::Lowest,
             hooks: Hooks::default(),
             settings: Settings::new(Duration::from_secs(600), Duration::from_secs(30)),
         }
@@ -125,6 +188,13 @@ impl<M: Manager> PoolBuilder<M> {
     /// Default: four per CPU core (as deadpool).
     pub fn max_size(mut self, max_size: usize) -> Self {
         self.max_size = max_size;
+        self
+    }
+
+    /// Which idle object a `get` takes: the lowest (the default) or each in turn; see
+    /// [`QueueMode`]. deadpool's `PoolConfig::queue_mode`.
+    pub fn queue_mode(mut self, queue_mode: QueueMode) -> Self {
+        self.queue_mode = queue_mode;
         self
     }
 
@@ -293,7 +363,11 @@ impl<M: Manager> PoolBuilder<M> {
         let runtime = Handle::try_current().ok();
         // Outside a runtime too: the task starts on first use inside one.
         let reap_interval = self.settings.reap_every();
-        let slots = ExclusiveSlots::new(Capacity::Bounded(self.max_size))?;
+        let reuse = match self.queue_mode {
+            QueueMode::Lowest => Reuse::Lowest,
+            QueueMode::Fifo => Reuse::Rotate,
+        };
+        let slots = ExclusiveSlots::with_reuse(Capacity::Bounded(self.max_size), reuse)?;
         let time = RecentClock::new(self.settings.clock_or(quanta::Clock::new), reap_interval);
         let config = Config {
             min_idle: self.min_idle,
@@ -305,6 +379,7 @@ impl<M: Manager> PoolBuilder<M> {
                 || matches!(self.recycle, Recycle::IdleLongerThan(_)),
             reap_interval,
             maintained: reap_interval.is_some() || self.min_idle > 0,
+            queue_mode: self.queue_mode,
         };
         let max_size = self.max_size;
         let handle = Arc::new_cyclic(|handle| {
@@ -338,6 +413,7 @@ impl<M: Manager> fmt::Debug for PoolBuilder<M> {
             .field("max_lifetime", &self.max_lifetime)
             .field("timeouts", &self.timeouts)
             .field("recycle", &self.recycle)
+            .field("queue_mode", &self.queue_mode)
             .field("hooks", &self.hooks)
             .field("settings", &self.settings)
             .finish_non_exhaustive()

@@ -159,7 +159,7 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-pub use builder::{PoolBuilder, Recycle, Timeouts};
+pub use builder::{PoolBuilder, QueueMode, Recycle, Timeouts};
 pub use error::{AddError, PoolError, Step};
 pub use manager::{
     ErrorSink, Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
@@ -239,6 +239,8 @@ struct Config {
     reap_interval: Option<Duration>,
     /// Whether the pool runs a background task (a reap interval, or `min_idle`).
     maintained: bool,
+    /// Which idle object a checkout takes.
+    queue_mode: QueueMode,
 }
 
 /// What a slot holds: the object and its anchor (two words for a small object: a checkout
@@ -1064,14 +1066,18 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// After a checkout of the idle object in slot `index`: idle objects are taken lowest
-    /// slot first, so at most the objects above it are idle now; if those may be fewer than
-    /// `min_idle`, the background task is woken to top it up (no clock read, one load of the
-    /// live count).
+    /// After a checkout of the idle object in slot `index`: if fewer than `min_idle` objects
+    /// may be idle now, the background task is woken to top it up (no clock read). Taken
+    /// lowest slot first, at most the objects above `index` are idle (one load of the live
+    /// count); taken in turn ([`QueueMode::Fifo`]), the idle ones are counted (a load of
+    /// each slot's words).
     #[inline(never)]
     fn idle_taken(&self, index: usize) {
-        let above = self.slots.live().saturating_sub(index + 1);
-        if above < self.config.min_idle {
+        let idle = match self.config.queue_mode {
+            QueueMode::Lowest => self.slots.live().saturating_sub(index + 1),
+            QueueMode::Fifo => self.slots.counts().idle,
+        };
+        if idle < self.config.min_idle {
             self.maintain.notify_one();
         }
     }

@@ -189,6 +189,8 @@ struct Scan {
     empty: Option<usize>,
     /// A slot the joins pass over.
     skip: Option<usize>,
+    /// The lowest slot the joins consider (0: every slot).
+    from: usize,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -439,6 +441,31 @@ impl<T> SlotTable<T> {
         None
     }
 
+    /// Joins the lowest slot at or after `start` that has room, without claiming an Empty
+    /// slot or growing: the search of a rotating reuse order (from a cursor the caller keeps
+    /// one past its last join, so that values are used in turn). `None` when no slot from
+    /// `start` on has room: the caller wraps around with [`SlotTable::join_only`]. Like that
+    /// scan, a pass that crossed another caller's transition is repeated (a bounded number of
+    /// times), and the stale hints it met are repaired.
+    pub(crate) fn join_from(&self, start: usize) -> Option<Reservation> {
+        for _ in 0..MAX_PASSES {
+            if self.gate.is_closed() {
+                return None;
+            }
+            let mut scan = Scan {
+                from: start,
+                ..Scan::default()
+            };
+            if let Some(reservation) = self.join_anywhere(&mut scan) {
+                return Some(reservation);
+            }
+            if !scan.raced {
+                return None;
+            }
+        }
+        None
+    }
+
     /// Joins slot `index` itself if it has room (one checked CAS), as a reservation there
     /// would: for owners that act on one particular resource (retiring the highest idle
     /// exclusive value first). `None` if it has no room, is not live, or the table is closed;
@@ -656,8 +683,18 @@ impl<T> SlotTable<T> {
 
     /// Joins the lowest-index slot in `segment` whose room bit is set and that really has room.
     fn join_in(&self, segment: &Segment<T>, scan: &mut Scan) -> Option<Reservation> {
+        // The first slot of this segment the scan considers.
+        let lowest = scan.from.saturating_sub(segment.start);
         for (w, word) in segment.room.words.iter().enumerate() {
+            let first = w * WORD_BITS;
+            if first + WORD_BITS <= lowest {
+                continue;
+            }
             let mut candidates = word.load(Ordering::SeqCst);
+            if first < lowest {
+                // Only the bits at or above `lowest` (a shift below the word's width).
+                candidates &= u64::MAX << (lowest - first);
+            }
             while candidates != 0 {
                 let bit = candidates.trailing_zeros() as usize;
                 candidates &= candidates - 1;
