@@ -638,3 +638,83 @@ async fn min_idle_is_topped_up_after_checkouts_in_fifo_order() {
     drop((held, d, e, wrapped));
     f.assert_balanced();
 }
+
+/// bb8's async `build`: `build_eager` creates `min_idle` objects (at least one) before it
+/// answers, and they sit idle in the pool.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn build_eager_creates_the_first_objects_before_answering() {
+    for (min_idle, created) in [(0, 1), (1, 1), (3, 3)] {
+        let manager = Scripted::new();
+        let ledger = std::sync::Arc::clone(&manager.ledger);
+        let pool = Pool::builder(manager)
+            .max_size(4)
+            .min_idle(min_idle)
+            .build_eager()
+            .await
+            .expect("every creation succeeds");
+        assert_eq!(
+            (pool.status().available, ledger.made(), pool.stats().created),
+            (created, created as u64, created as u64),
+            "min_idle {min_idle}"
+        );
+    }
+}
+
+/// The first failure of `build_eager` is the answer: the manager's error (as bb8 returns it),
+/// a create timeout, or a refused setting; the objects created before it are dropped with
+/// the closed pool, and nothing is created after it.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn build_eager_answers_the_first_failure_and_keeps_nothing() {
+    use slotpool::managed::BuildError;
+
+    let manager = Scripted::new();
+    let (ledger, script) = (
+        std::sync::Arc::clone(&manager.ledger),
+        std::sync::Arc::clone(&manager.script),
+    );
+    script.creates(&[Act::Ok, Act::Fail, Act::Ok]);
+    let error = Pool::builder(manager)
+        .max_size(4)
+        .min_idle(3)
+        .build_eager()
+        .await
+        .expect_err("the second creation fails");
+    assert!(
+        matches!(error, BuildError::Create(PoolError::Create(Injected))),
+        "{error}"
+    );
+    assert!(error.manager_error().is_some());
+    assert_eq!(
+        (ledger.made(), ledger.alive()),
+        (1, 0),
+        "one made, dropped with the pool"
+    );
+
+    let manager = Scripted::new();
+    manager.script.creates(&[Act::Hang]);
+    let start = Instant::now();
+    let error = Pool::builder(manager)
+        .timeouts(Timeouts {
+            create: Some(2 * SECOND),
+            ..Timeouts::new()
+        })
+        .build_eager()
+        .await
+        .expect_err("the creation hangs past its deadline");
+    assert!(
+        matches!(&error, BuildError::Create(e) if e.timed_out_in() == Some(Step::Create)),
+        "{error}"
+    );
+    assert!(error.manager_error().is_none());
+    assert_eq!(start.elapsed(), 2 * SECOND);
+
+    let error = Pool::builder(Scripted::new())
+        .max_size(0)
+        .build_eager()
+        .await
+        .expect_err("a zero size is refused");
+    assert!(
+        matches!(error, BuildError::Config(ConfigError::Zero("max_size"))),
+        "{error}"
+    );
+}

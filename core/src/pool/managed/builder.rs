@@ -9,7 +9,7 @@ use tokio::runtime::Handle;
 use super::manager::{Hook, Hooks, Manager};
 use super::stats::Counters;
 use super::time::RecentClock;
-use super::{Config, Pool, PoolHandle, Shared};
+use super::{BuildError, Config, Pool, PoolHandle, Shared};
 use crate::error::ConfigError;
 use crate::exclusive::{ExclusiveSlots, Reuse, MAX_SIZE};
 use crate::pool::reap::nanos;
@@ -402,6 +402,49 @@ impl<M: Manager> PoolBuilder<M> {
             PoolHandle { shared }
         });
         Ok(Pool { handle })
+    }
+}
+
+impl<M: Manager> PoolBuilder<M> {
+    /// Builds the pool and creates its first objects before answering, as bb8's async
+    /// `build` does: `min_idle` of them, and at least one, so that a server that cannot be
+    /// reached fails the build rather than the first `get`. Each creation runs under the
+    /// pool's `create` timeout; the first failure closes the pool (dropping what was
+    /// created) and is returned. [`PoolBuilder::build`] creates nothing and never waits.
+    ///
+    /// Unlike bb8, `min_idle` 0 still creates one object (bb8 then checks nothing); it stays
+    /// idle in the pool.
+    ///
+    /// ```
+    /// # use std::convert::Infallible;
+    /// use slotpool::managed::{Manager, Pool};
+    /// # struct Counter(std::sync::atomic::AtomicU32);
+    /// # impl Manager for Counter {
+    /// #     type Type = u32;
+    /// #     type Error = Infallible;
+    /// #     async fn create(&self) -> Result<u32, Infallible> {
+    /// #         Ok(self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    /// #     }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = Pool::builder(Counter(Default::default()))
+    ///     .max_size(8)
+    ///     .min_idle(2)
+    ///     .build_eager()
+    ///     .await?;
+    /// assert_eq!(pool.status().available, 2);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`BuildError::Config`] for a setting [`PoolBuilder::build`] refuses;
+    /// [`BuildError::Create`] with the first creation's error ([`BuildError::manager_error`]
+    /// is the manager's own, as bb8 returns it).
+    pub async fn build_eager(self) -> Result<Pool<M>, BuildError<M::Error>> {
+        let pool = self.build()?;
+        let wanted = pool.shared().config.min_idle.max(1);
+        pool.fill_or_close(wanted).await.map_err(BuildError::Create)?;
+        Ok(pool)
     }
 }
 

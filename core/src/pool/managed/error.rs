@@ -143,3 +143,26 @@ impl<E: std::error::Error + 'static> PoolError<E> {
         }
     }
 }
+
+/// Why [`PoolBuilder::build_eager`](super::PoolBuilder::build_eager) returned no pool (bb8's
+/// async `build` answers the manager's error; this says which half failed).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError<E: std::error::Error + 'static> {
+    /// A setting was refused, as [`PoolBuilder::build`](super::PoolBuilder::build) refuses it.
+    #[error(transparent)]
+    Config(#[from] crate::ConfigError),
+    /// Creating the first objects failed (the first failure; the objects created before it
+    /// were dropped with the pool).
+    #[error("creating the pool's first objects failed: {0}")]
+    Create(#[source] PoolError<E>),
+}
+
+impl<E: std::error::Error + 'static> BuildError<E> {
+    /// The manager's own error, if a creation failed with one (bb8's `build` answers it).
+    pub fn manager_error(&self) -> Option<&E> {
+        match self {
+            BuildError::Create(PoolError::Create(error)) => Some(error),
+            _ => None,
+        }
+    }
+}

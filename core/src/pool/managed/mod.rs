@@ -160,7 +160,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use builder::{PoolBuilder, QueueMode, Recycle, Timeouts};
-pub use error::{AddError, PoolError, Step};
+pub use error::{AddError, BuildError, PoolError, Step};
 pub use manager::{
     ErrorSink, Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
 };
@@ -582,6 +582,20 @@ impl<M: Manager> Pool<M> {
         let shared = self.shared();
         shared.ensure_maintainer();
         shared.top_up().await
+    }
+
+    /// [`PoolBuilder::build_eager`]'s second half: creates `wanted` idle objects, closing
+    /// the pool at the first failure.
+    pub(super) async fn fill_or_close(&self, wanted: usize) -> Result<(), PoolError<M::Error>> {
+        let shared = self.shared();
+        shared.ensure_maintainer();
+        match shared.fill(wanted).await {
+            Ok(_) => Ok(()),
+            Err((_, error)) => {
+                shared.close();
+                Err(error)
+            }
+        }
     }
 
     /// Closes the pool: waiters and later `get`s get [`PoolError::Closed`], idle objects are
@@ -1113,8 +1127,24 @@ impl<M: Manager> Shared<M> {
 
     /// Creates objects until `min_idle` are idle (see [`Pool::prewarm`]).
     async fn top_up(self: &Arc<Self>) -> usize {
+        match self.fill(self.config.min_idle).await {
+            Ok(created) => created,
+            Err((created, error)) => {
+                tracing::warn!(%error, "creating an object for min_idle failed");
+                self.sink(&error);
+                created
+            }
+        }
+    }
+
+    /// Creates objects, one at a time, until `wanted` are idle or the pool is full or
+    /// closed: how many it created, or the first failure with that count.
+    async fn fill(
+        self: &Arc<Self>,
+        wanted: usize,
+    ) -> Result<usize, (usize, PoolError<M::Error>)> {
         let mut created = 0;
-        while self.slots.counts().idle < self.config.min_idle {
+        while self.slots.counts().idle < wanted {
             let Some(lease) = self.slots.try_open() else {
                 break;
             };
@@ -1124,14 +1154,10 @@ impl<M: Manager> Shared<M> {
                     drop(object);
                     created += 1;
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "creating an object for min_idle failed");
-                    self.sink(&error);
-                    break;
-                }
+                Err(error) => return Err((created, error)),
             }
         }
-        created
+        Ok(created)
     }
 }
 
