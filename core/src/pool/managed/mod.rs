@@ -142,6 +142,7 @@
 //! [`crate::exclusive`]'s and the gate's.
 
 mod builder;
+mod config;
 mod contain;
 mod create;
 mod error;
@@ -160,6 +161,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use builder::{PoolBuilder, QueueMode, Recycle, Timeouts};
+pub use config::PoolConfig;
 pub use error::{AddError, BuildError, PoolError, Step};
 pub use manager::{
     ErrorSink, Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,

@@ -76,22 +76,64 @@
 //! [`PgManager`], `ManagerConfig { recycling_method }` is [`PgManager::recycling`],
 //! `Pool::builder(manager).max_size(n).build()` keeps its shape, `deadpool::managed::Object`
 //! is [`Object`](super::Object), and `prepare_cached` is the same call.
+//!
+//! deadpool-postgres's other names are here too, as the same items or aliases:
+//!
+//! * [`Config`] (its fields and serde encoding, with the `serde` feature), [`ManagerConfig`],
+//!   [`RecyclingMethod`] (= [`Recycling`]), [`ConfigError`], [`CreatePoolError`], and
+//!   [`PoolConfig`](super::PoolConfig): a configuration file or environment written for
+//!   deadpool-postgres loads unchanged, and `cfg.create_pool(tls)` makes the pool (no runtime
+//!   argument). `bench/examples/deadpool_postgres_config_port.rs` ports a program that loads
+//!   its settings with the `config` crate.
+//! * [`Client`] (the pooled connection), [`Pool`], [`PoolBuilder`], [`PoolError`]: aliases with
+//!   the TLS connector as their parameter, [`NoTls`] by default.
+//! * [`GenericClient`], over a pooled connection, a [`PgClient`] and a [`PgTransaction`]
+//!   ([`Transaction`]); [`PgClient::build_transaction`] gives a [`PgTransactionBuilder`]
+//!   ([`TransactionBuilder`]) whose transaction keeps the statement cache.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, NoTls, Socket, Statement};
+use tokio_postgres::{NoTls, Socket, Statement};
 
 /// The driver, re-exported so that the `Config`, `Error` and types you use match this
 /// module's.
 pub use tokio_postgres;
 
-use super::{Manager, Meta, RecycleError, RecycleResult};
+use super::{Manager, Meta, Object, RecycleError, RecycleResult};
 use crate::error::Reach;
 use crate::sync::Mutex;
+
+mod config;
+mod generic_client;
+
+pub use config::{
+    ChannelBinding, Config, ConfigError, CreatePoolError, LoadBalanceHosts, ManagerConfig,
+    RecyclingMethod, SslMode, TargetSessionAttrs,
+};
+pub use generic_client::GenericClient;
+
+/// A pooled connection, by deadpool-postgres's name: an [`Object`] of a [`PgManager`] (it
+/// derefs to [`PgClient`], which derefs to [`tokio_postgres::Client`]).
+pub type Client<T = NoTls> = Object<PgManager<T>>;
+
+/// A pool of PostgreSQL connections, by deadpool-postgres's name.
+pub type Pool<T = NoTls> = super::Pool<PgManager<T>>;
+
+/// The builder of a [`Pool`], by deadpool-postgres's name.
+pub type PoolBuilder<T = NoTls> = super::PoolBuilder<PgManager<T>>;
+
+/// A failed `get` of a [`Pool`], by deadpool-postgres's name.
+pub type PoolError = super::PoolError<PgError>;
+
+/// A transaction whose prepares use the connection's statement cache, by deadpool-postgres's
+/// name.
+pub type Transaction<'a> = PgTransaction<'a>;
+
+/// The builder of a [`Transaction`], by deadpool-postgres's name.
+pub type TransactionBuilder<'a> = PgTransactionBuilder<'a>;
 
 /// What [`Recycling::Clean`] sends, as one simple query. `ROLLBACK` first: it ends an open or
 /// failed transaction, so the statements after it run outside it (in a failed transaction
@@ -107,7 +149,12 @@ const CLEAN_SQL: &str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT;
 /// How [`PgManager`] checks an idle connection before it goes out again; see the
 /// [module documentation](self#recycling-what-a-connection-goes-through-before-it-is-handed-out-again).
 /// Every method first rejects a connection whose client is closed.
+///
+/// deadpool-postgres calls it [`RecyclingMethod`] (an alias of this type); with the `serde`
+/// feature it reads and writes as deadpool-postgres's does: `"Fast"`, `"Verified"`, `"Clean"`,
+/// `{ "Custom": "SQL" }`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 pub enum Recycling {
     /// Only that check: no round trip. The default (as deadpool-postgres's).
     #[default]
@@ -120,7 +167,7 @@ pub enum Recycling {
     /// Also this SQL, as one simple query (one round trip). It must not deallocate prepared
     /// statements (`DISCARD ALL`, `DEALLOCATE`): the connection's [`StatementCache`] would
     /// then name statements the server no longer has.
-    Custom(Cow<'static, str>),
+    Custom(String),
 }
 
 impl Recycling {
@@ -283,21 +330,21 @@ where
 /// A pooled connection: a [`tokio_postgres::Client`] (it derefs to it) with its
 /// [`StatementCache`].
 pub struct PgClient {
-    client: Client,
+    client: tokio_postgres::Client,
     statements: StatementCache,
 }
 
 impl PgClient {
     /// Wraps a connected client (with an empty statement cache).
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: tokio_postgres::Client) -> Self {
         Self {
             client,
             statements: StatementCache::default(),
         }
     }
 
-    /// [`Client::prepare`], once per connection: the statement prepared for `query` earlier on
-    /// this connection, or a new one (then kept).
+    /// [`tokio_postgres::Client::prepare`], once per connection: the statement prepared for
+    /// `query` earlier on this connection, or a new one (then kept).
     ///
     /// # Errors
     /// The driver's error when preparing fails (nothing is cached then).
@@ -305,7 +352,7 @@ impl PgClient {
         self.prepare_typed_cached(query, &[]).await
     }
 
-    /// [`Client::prepare_typed`], once per connection and parameter types.
+    /// [`tokio_postgres::Client::prepare_typed`], once per connection and parameter types.
     ///
     /// # Errors
     /// The driver's error when preparing fails (nothing is cached then).
@@ -319,8 +366,8 @@ impl PgClient {
             .await
     }
 
-    /// [`Client::transaction`], as a [`PgTransaction`] whose `prepare_cached` uses (and fills)
-    /// this connection's statement cache.
+    /// [`tokio_postgres::Client::transaction`], as a [`PgTransaction`] whose `prepare_cached`
+    /// uses (and fills) this connection's statement cache.
     ///
     /// # Errors
     /// The driver's error when `BEGIN` fails.
@@ -332,37 +379,67 @@ impl PgClient {
         })
     }
 
+    /// A [`PgTransactionBuilder`]: [`tokio_postgres::Client::build_transaction`] (isolation
+    /// level, read only, deferrable), whose transaction's `prepare_cached` uses this
+    /// connection's statement cache.
+    ///
+    /// ```no_run
+    /// use slotpool::managed::postgres::{Config, GenericClient};
+    /// use tokio_postgres::IsolationLevel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let pool = Config { dbname: Some("app".into()), ..Config::new() }.create_pool(tokio_postgres::NoTls)?;
+    /// let mut client = pool.get().await?;
+    /// let transaction = client
+    ///     .build_transaction()
+    ///     .isolation_level(IsolationLevel::Serializable)
+    ///     .read_only(true)
+    ///     .start()
+    ///     .await?;
+    /// let total = transaction.prepare_cached("SELECT sum(amount) FROM ledger").await?;
+    /// let row = transaction.query_one(&total, &[]).await?;
+    /// transaction.commit().await?;
+    /// # let _ = row;
+    /// # Ok(()) }
+    /// ```
+    pub fn build_transaction(&mut self) -> PgTransactionBuilder<'_> {
+        PgTransactionBuilder {
+            builder: self.client.build_transaction(),
+            statements: &self.statements,
+        }
+    }
+
     /// This connection's statement cache.
     pub fn statement_cache(&self) -> &StatementCache {
         &self.statements
     }
 
     /// The client, for APIs that take a `tokio_postgres::Client` itself.
-    pub fn client(&self) -> &Client {
+    pub fn client(&self) -> &tokio_postgres::Client {
         &self.client
     }
 
     /// The client, mutably (`transaction` needs it; `DerefMut` gives it too).
-    pub fn client_mut(&mut self) -> &mut Client {
+    pub fn client_mut(&mut self) -> &mut tokio_postgres::Client {
         &mut self.client
     }
 
     /// The client, taking it out of the wrapper (its statement cache is dropped).
-    pub fn into_client(self) -> Client {
+    pub fn into_client(self) -> tokio_postgres::Client {
         self.client
     }
 }
 
 impl std::ops::Deref for PgClient {
-    type Target = Client;
+    type Target = tokio_postgres::Client;
 
-    fn deref(&self) -> &Client {
+    fn deref(&self) -> &tokio_postgres::Client {
         &self.client
     }
 }
 
 impl std::ops::DerefMut for PgClient {
-    fn deref_mut(&mut self) -> &mut Client {
+    fn deref_mut(&mut self) -> &mut tokio_postgres::Client {
         &mut self.client
     }
 }
@@ -425,6 +502,35 @@ impl PgTransaction<'_> {
     pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {
         self.transaction.rollback().await
     }
+
+    /// A nested transaction (a savepoint with a generated name,
+    /// [`tokio_postgres::Transaction::transaction`]), preparing through the same cache.
+    ///
+    /// # Errors
+    /// The driver's error when `SAVEPOINT` fails.
+    pub async fn transaction(&mut self) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
+        let transaction = self.transaction.transaction().await?;
+        Ok(PgTransaction {
+            transaction,
+            statements: self.statements,
+        })
+    }
+
+    /// A nested transaction as a savepoint named `name`
+    /// ([`tokio_postgres::Transaction::savepoint`]), preparing through the same cache.
+    ///
+    /// # Errors
+    /// The driver's error when `SAVEPOINT` fails.
+    pub async fn savepoint(
+        &mut self,
+        name: impl Into<String>,
+    ) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
+        let transaction = self.transaction.savepoint(name).await?;
+        Ok(PgTransaction {
+            transaction,
+            statements: self.statements,
+        })
+    }
 }
 
 impl<'a> std::ops::Deref for PgTransaction<'a> {
@@ -444,6 +550,57 @@ impl std::ops::DerefMut for PgTransaction<'_> {
 impl fmt::Debug for PgTransaction<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgTransaction").finish_non_exhaustive()
+    }
+}
+
+/// The settings of a transaction about to start (from [`PgClient::build_transaction`]):
+/// tokio-postgres's [`TransactionBuilder`](tokio_postgres::TransactionBuilder), whose
+/// [`start`](PgTransactionBuilder::start) gives a [`PgTransaction`] that prepares through the
+/// connection's statement cache. Each setting goes into the `BEGIN` (or `START TRANSACTION`)
+/// statement; unset, the server's session defaults hold.
+#[must_use = "a transaction builder starts nothing until `start` is awaited"]
+pub struct PgTransactionBuilder<'a> {
+    builder: tokio_postgres::TransactionBuilder<'a>,
+    statements: &'a StatementCache,
+}
+
+impl<'a> PgTransactionBuilder<'a> {
+    /// The transaction's isolation level.
+    pub fn isolation_level(mut self, level: tokio_postgres::IsolationLevel) -> Self {
+        self.builder = self.builder.isolation_level(level);
+        self
+    }
+
+    /// Whether the transaction may only read.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.builder = self.builder.read_only(read_only);
+        self
+    }
+
+    /// Whether the transaction is deferrable (for a serializable read-only one: it waits for
+    /// a snapshot that cannot fail with a serialization error).
+    pub fn deferrable(mut self, deferrable: bool) -> Self {
+        self.builder = self.builder.deferrable(deferrable);
+        self
+    }
+
+    /// Begins the transaction. Dropped without a commit, it rolls back.
+    ///
+    /// # Errors
+    /// The driver's error when the `BEGIN` fails.
+    pub async fn start(self) -> Result<PgTransaction<'a>, tokio_postgres::Error> {
+        let transaction = self.builder.start().await?;
+        Ok(PgTransaction {
+            transaction,
+            statements: self.statements,
+        })
+    }
+}
+
+impl fmt::Debug for PgTransactionBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgTransactionBuilder")
+            .finish_non_exhaustive()
     }
 }
 
