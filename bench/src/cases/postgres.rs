@@ -7,6 +7,7 @@
 //! | `slotpool` | `slotpool::managed::Pool` of [`PgManager`] at its defaults (`Recycling::Fast`: the closed check; lowest idle connection first; FIFO waiters), `max_size = 16`, `prepare_cached` |
 //! | `deadpool-postgres` | deadpool-postgres 0.14 at its defaults (`Manager::new(config, NoTls)`: `RecyclingMethod::Fast`; FIFO reuse), `max_size = 16`, `prepare_cached` |
 //! | `bb8-postgres` | bb8 0.9 with bb8-postgres 0.9 at their defaults (`test_on_check_out`: an empty query on every checkout; FIFO reuse), `max_size = 16`; bb8-postgres has no statement cache, so its manager is wrapped to prepare the statement once when it connects ([`Bb8Prepared`]) |
+//! | `slotpool-fifo` | at concurrency 1 only: the same pool with `queue_mode(QueueMode::Fifo)`, every idle connection in turn (deadpool's and bb8's order), so that the reuse order's effect is measured with everything else equal |
 //! | `no-pool` | one dedicated connection per task, its statement prepared once: no pool at all, the limit |
 //! | `no-pool-rotating` | at concurrency 1 only: no pool, each query on the next of 16 such connections in turn (what FIFO reuse does at one task, without a pool): tells the pool's cost apart from the effect of which backend answers |
 //!
@@ -38,7 +39,7 @@ use std::time::{Duration, Instant};
 use bb8_postgres::PostgresConnectionManager;
 use hdrhistogram::Histogram;
 use slotpool::managed::postgres::PgManager;
-use slotpool::managed::Pool;
+use slotpool::managed::{Pool, QueueMode};
 use tokio::runtime::Runtime;
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
@@ -326,6 +327,8 @@ impl Select for Rotating {
 pub struct Pg {
     /// slotpool's pool.
     pub slotpool: Arc<Slotpool>,
+    /// slotpool's pool taking each idle connection in turn.
+    pub slotpool_fifo: Arc<Slotpool>,
     /// deadpool-postgres.
     pub deadpool: Arc<Deadpool>,
     /// bb8-postgres.
@@ -352,9 +355,10 @@ impl Pg {
     pub fn start(state: &Path) -> Result<Self, String> {
         let server = Server::start(state)?;
         let rt = multi_thread(WORKERS);
-        let (slotpool, deadpool, bb8, no_pool) = rt.block_on(async {
+        let (slotpool, slotpool_fifo, deadpool, bb8, no_pool) = rt.block_on(async {
             (
                 slotpool(&server).await,
+                slotpool_in_order(&server, "slotpool-bench-slotpool-fifo", QueueMode::Fifo).await,
                 deadpool(&server).await,
                 bb8(&server).await,
                 no_pool(&server, max_concurrency()).await,
@@ -363,6 +367,7 @@ impl Pg {
         let no_pool = Arc::new(no_pool);
         Ok(Self {
             slotpool: Arc::new(slotpool),
+            slotpool_fifo: Arc::new(slotpool_fifo),
             deadpool: Arc::new(deadpool),
             bb8: Arc::new(bb8),
             rotating: Arc::new(Rotating::new(Arc::clone(&no_pool))),
@@ -379,9 +384,15 @@ fn max_concurrency() -> usize {
 
 /// slotpool's pool with its 16 connections open and the statement prepared on each.
 pub async fn slotpool(server: &Server) -> Slotpool {
-    let manager = PgManager::new(server.config("slotpool-bench-slotpool"));
+    slotpool_in_order(server, "slotpool-bench-slotpool", QueueMode::default()).await
+}
+
+/// [`slotpool`] with the given reuse order, its connections named `name` on the server.
+pub async fn slotpool_in_order(server: &Server, name: &str, queue_mode: QueueMode) -> Slotpool {
+    let manager = PgManager::new(server.config(name));
     let pool = Pool::builder(manager)
         .max_size(POOL_SIZE)
+        .queue_mode(queue_mode)
         .build()
         .expect("valid bench configuration");
     let mut held = Vec::new();
@@ -558,6 +569,7 @@ fn case(pg: &Pg, concurrency: usize, settings: &Settings) -> Vec<Record> {
         ("no-pool", runner(rt, &pg.no_pool, tasks)),
     ];
     if concurrency == 1 {
+        impls.push(("slotpool-fifo", runner(rt, &pg.slotpool_fifo, tasks)));
         impls.push(("no-pool-rotating", runner(rt, &pg.rotating, tasks)));
     }
     interleave(&case_name(concurrency), ops, settings, impls)

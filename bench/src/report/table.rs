@@ -88,11 +88,17 @@ pub fn scaling_summary(records: &[Record]) -> String {
 }
 
 /// Baselines that are not pools a user would pick but the least a step can cost: the
-/// floor, a bare tokio `Semaphore` permit, a hand-rolled semaphore-and-mutex pool, no pool.
+/// floor, a bare tokio `Semaphore` permit, a hand-rolled semaphore-and-mutex pool, no pool;
+/// and slotpool under another setting (`slotpool-fifo`), which is no peer either.
 fn is_baseline(impl_name: &str) -> bool {
     matches!(
         impl_name,
-        "floor" | "tokio-semaphore" | "semaphore-mutex" | "no-pool" | "no-pool-rotating"
+        "floor"
+            | "tokio-semaphore"
+            | "semaphore-mutex"
+            | "no-pool"
+            | "no-pool-rotating"
+            | "slotpool-fifo"
     )
 }
 

@@ -55,7 +55,8 @@
 //! * **States.** A slot is Empty, Starting (claimed: its object is being created), Ready
 //!   with load 1 (in use, or being recycled) or Ready with load 0 (idle: the object sits in
 //!   the slot's cell, with the time it came back in the slot's idle word), or Draining.
-//! * **Fast path.** `get` joins the **lowest** idle slot: one bitmap load, one CAS on the
+//! * **Fast path.** `get` joins the **lowest** idle slot (or, with [`QueueMode::Fifo`], the
+//!   first one after the last checkout's, wrapping around): one bitmap load, one CAS on the
 //!   slot word, one load of the idle word on the same cache line; the object moves out of
 //!   the cell. A return moves it back, stores the idle word and releases the slot with one
 //!   CAS; the room bit of a slot stays set across a checkout (lazy hints), so neither side
@@ -135,7 +136,9 @@
 //!
 //! [`Timeouts`] and [`Pool::get_timeouts`] (deadpool's `timeout_get`), [`Pool::timeouts`],
 //! [`Object::pool`]; [`Pool::add`], [`Pool::dedicated`] (bb8's `dedicated_connection`) and
-//! [`PoolBuilder::error_sink`]; [`Stats::wait_time`] (bb8's `get_wait_time`). The porting
+//! [`PoolBuilder::error_sink`]; [`Stats::wait_time`] (bb8's `get_wait_time`);
+//! [`PoolBuilder::queue_mode`] ([`QueueMode::Fifo`] takes each idle object in turn, as
+//! deadpool does by default); [`PoolBuilder::build_eager`] (bb8's async `build`). The porting
 //! guide (`docs/porting.md`) has the whole table.
 //!
 //! This module owns the objects' lifecycle; slots, the live count and waiting are
