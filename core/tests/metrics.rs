@@ -11,6 +11,7 @@ use slotpool::channel::ChannelPool;
 use slotpool::client::ClientStats;
 use slotpool::metrics::{spawn_exporter, Export};
 use slotpool::session::SessionStats;
+use slotpool::stream::StreamStats;
 
 use capture::Capture;
 use common::channel::Lazy;
@@ -115,6 +116,41 @@ fn client_and_session_snapshots_map_field_by_field() {
     assert_eq!(
         capture.counter("slotpool_session_connects_total{pool=sessions}"),
         0
+    );
+}
+
+/// The wait totals of the stream and session pools become `waits` and `wait_nanoseconds`
+/// counters, as the managed and client pools' do.
+#[test]
+fn wait_totals_become_counters() {
+    let stream = StreamStats {
+        waits: 3,
+        wait_time: Duration::from_millis(12),
+        ..StreamStats::default()
+    };
+    let mut session = SessionStats::default();
+    session.waits = 2;
+    session.wait_time = Duration::from_micros(1500);
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || {
+        stream.export("pages");
+        session.export("sessions");
+    });
+    assert_eq!(
+        capture.counter("slotpool_stream_waits_total{pool=pages}"),
+        3
+    );
+    assert_eq!(
+        capture.counter("slotpool_stream_wait_nanoseconds_total{pool=pages}"),
+        12_000_000
+    );
+    assert_eq!(
+        capture.counter("slotpool_session_waits_total{pool=sessions}"),
+        2
+    );
+    assert_eq!(
+        capture.counter("slotpool_session_wait_nanoseconds_total{pool=sessions}"),
+        1_500_000
     );
 }
 

@@ -16,14 +16,48 @@
 //!
 //! | pool | gauges | counters (`_total`) |
 //! |---|---|---|
-//! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `completed`, `failed`, `cancelled`, `spin_ups`, `connect_failures`, `stream_failures`, `panics`, `open_timeouts`, `stalls`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
+//! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `wait_nanoseconds`, `completed`, `failed`, `cancelled`, `spin_ups`, `connect_failures`, `stream_failures`, `panics`, `open_timeouts`, `stalls`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
 //! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps}_total` |
 //! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,wait_nanoseconds,created,make_failures,discards,reaps}_total` |
 //! | [`managed::Pool`](crate::managed::Pool) | `slotpool_managed_{max_size,size,available,in_use,waiting}` | `slotpool_managed_{checkouts,waits,wait_nanoseconds,created,created_off_caller,create_failures,recycled,discarded,expired,reaped,surplus,retained_out,detached,panics}_total` |
-//! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,released,reaped,rebuilt}_total` |
+//! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,waits,wait_nanoseconds,released,reaped,rebuilt}_total` |
 //!
 //! (The keyed admission pool exports per caller key as it goes; see
 //! [`keyed`](crate::keyed#statistics-and-metrics).)
+//!
+//! # Wait histograms
+//!
+//! The pools whose callers wait also record each wait as it ends (served, timed out or given
+//! up), without an exporter: a sample in seconds of the histogram `slotpool_<pool>_wait_seconds`
+//! (`managed`, `client`, `stream`, `session`, `keyed`), labelled `pool = name`, `name` being
+//! what the pool's builder was told with its `name` setting, or `"default"` without one (the
+//! keyed pool's histograms also carry `key` and `share`). A caller that finds room at once
+//! records nothing and reads no clock. The histogram's count and sum are the snapshot's
+//! `waits` and `wait_time`, as they stood at each wait's end; name the pool as its exporter
+//! so that both carry the same label:
+//!
+//! ```
+//! # use std::convert::Infallible;
+//! # use std::time::Duration;
+//! # use slotpool::managed::{Manager, Pool};
+//! # struct Conns;
+//! # impl Manager for Conns {
+//! #     type Type = u32;
+//! #     type Error = Infallible;
+//! #     async fn create(&self) -> Result<u32, Infallible> { Ok(1) }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let pool = std::sync::Arc::new(Pool::builder(Conns).name("orders").build().unwrap());
+//! let weak = std::sync::Arc::downgrade(&pool);
+//! // `slotpool_managed_wait_seconds{pool="orders"}` as callers wait, and every ten seconds
+//! // `slotpool_managed_waits_total{pool="orders"}`, `..._wait_nanoseconds_total`, ...
+//! let exporter = slotpool::metrics::spawn_exporter("orders", Duration::from_secs(10), move || {
+//!     weak.upgrade().map(|pool| pool.stats())
+//! });
+//! # drop(pool);
+//! # exporter.await.unwrap();
+//! # }
+//! ```
 //!
 //! # Example
 //!
@@ -116,6 +150,11 @@ fn counter(name: &'static str, pool: &str, total: u64) {
     metrics::counter!(name, "pool" => pool.to_owned()).absolute(total);
 }
 
+/// A total wait time as a counter's value: nanoseconds, saturating (at about 584 years).
+fn nanoseconds(total: Duration) -> u64 {
+    u64::try_from(total.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The numeric form of a breaker state for a gauge: 0 closed, 1 open, 2 half-open.
 pub fn breaker_state_value(state: BreakerState) -> f64 {
     match state {
@@ -146,6 +185,11 @@ impl Export for StreamStats {
         );
         counter("slotpool_stream_acquires_total", pool, self.acquires);
         counter("slotpool_stream_waits_total", pool, self.waits);
+        counter(
+            "slotpool_stream_wait_nanoseconds_total",
+            pool,
+            nanoseconds(self.wait_time),
+        );
         counter("slotpool_stream_completed_total", pool, self.completed);
         counter("slotpool_stream_failed_total", pool, self.failed);
         counter("slotpool_stream_cancelled_total", pool, self.cancelled);
@@ -210,7 +254,7 @@ impl Export for ClientStats {
         counter(
             "slotpool_client_wait_nanoseconds_total",
             pool,
-            u64::try_from(self.wait_time.as_nanos()).unwrap_or(u64::MAX),
+            nanoseconds(self.wait_time),
         );
         counter("slotpool_client_created_total", pool, self.created);
         counter(
@@ -239,6 +283,12 @@ impl Export for SessionStats {
         counter("slotpool_session_reattaches_total", pool, self.reattaches);
         counter("slotpool_session_failures_total", pool, self.failures);
         counter("slotpool_session_exhausted_total", pool, self.exhausted);
+        counter("slotpool_session_waits_total", pool, self.waits);
+        counter(
+            "slotpool_session_wait_nanoseconds_total",
+            pool,
+            nanoseconds(self.wait_time),
+        );
         counter("slotpool_session_released_total", pool, self.released);
         counter("slotpool_session_reaped_total", pool, self.reaped);
         counter("slotpool_session_rebuilt_total", pool, self.rebuilt);
@@ -262,7 +312,7 @@ impl Export for managed::Stats {
             ("slotpool_managed_waits_total", self.waits),
             (
                 "slotpool_managed_wait_nanoseconds_total",
-                u64::try_from(self.wait_time.as_nanos()).unwrap_or(u64::MAX),
+                nanoseconds(self.wait_time),
             ),
             ("slotpool_managed_created_total", self.created),
             (

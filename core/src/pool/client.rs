@@ -77,9 +77,10 @@ use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
 use crate::panic::{catch, report, CatchUnwind, Panic};
-use crate::pool::managed::time::{RecentClock, WaitClock};
+use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
+use crate::pool::wait::{WaitClock, WaitTotal};
 use crate::slots::Capacity;
 use crate::sync::{Arc, CachePadded, Counter};
 
@@ -153,7 +154,9 @@ pub struct ClientStats {
     /// waiting).
     pub waits: u64,
     /// The time those acquires spent waiting, in all, on the pool's clock (a caller that
-    /// gives up counts too). Only a caller that waits reads the clock.
+    /// gives up counts too). Only a caller that waits reads the clock. With the `metrics`
+    /// feature each wait is also a sample of the histogram `slotpool_client_wait_seconds`,
+    /// labelled with the pool's [`name`](ClientPoolBuilder::name).
     pub wait_time: Duration,
     /// Clients built.
     pub created: u64,
@@ -187,8 +190,11 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
                        180 s.";
         reap_interval: "How often the background reaper runs [`ClientPool::reap`]. Default: \
                         every 10 s.";
-        clock: "The clock idle time is measured with. Default: the channel pool's clock (give \
-                nested pools the same clock).";
+        clock: "The clock idle time and waits ([`ClientStats::wait_time`]) are measured with. \
+                Default: the channel pool's clock (give nested pools the same clock).";
+        name: "The pool's name: the `pool` label of its wait histogram, \
+               `slotpool_client_wait_seconds` (one sample per acquire that waited for a client, \
+               the waits [`ClientStats::wait_time`] adds up).";
     }
 
     /// Builds the pool. Needs a tokio runtime only for the background reaper (without one
@@ -221,7 +227,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             factory: self.factory,
             time: RecentClock::new(clock, reap_interval),
             idle_timeout: self.settings.idle_timeout,
-            counters: Counters::default(),
+            counters: Counters::new(self.settings.name.clone()),
         });
         let reaper = self
             .settings
@@ -334,18 +340,20 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
 /// Counters of the cold paths (acquires are counted per slot by their holders).
 struct Counters {
     waits: Counter,
-    wait_nanos: Counter,
+    /// The time acquires waited, and the `slotpool_client_wait_seconds` histogram.
+    wait_nanos: WaitTotal,
     created: Counter,
     make_failures: Counter,
     discards: Counter,
     reaps: Counter,
 }
 
-impl Default for Counters {
-    fn default() -> Self {
+impl Counters {
+    /// Zero counters of the pool called `name` (the wait histogram's label).
+    fn new(name: std::borrow::Cow<'static, str>) -> Self {
         Self {
             waits: Counter::new(),
-            wait_nanos: Counter::new(),
+            wait_nanos: WaitTotal::new("slotpool_client_wait_seconds", name),
             created: Counter::new(),
             make_failures: Counter::new(),
             discards: Counter::new(),
@@ -626,7 +634,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
             waiting: counts.table.waiting,
             acquires: counts.checkouts,
             waits: c.waits.get(),
-            wait_time: Duration::from_nanos(c.wait_nanos.get()),
+            wait_time: c.wait_nanos.time(),
             created: c.created.get(),
             make_failures: c.make_failures.get(),
             discards: c.discards.get(),

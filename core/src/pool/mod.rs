@@ -10,3 +10,4 @@ pub(crate) mod reap;
 pub mod session;
 pub(crate) mod settings;
 pub mod stream;
+pub(crate) mod wait;

@@ -1,5 +1,5 @@
-//! The settings every pool shares, in one place: idle timeout, background reaping, the clock
-//! and the circuit breaker.
+//! The settings every pool shares, in one place: idle timeout, background reaping, the clock,
+//! the circuit breaker and the pool's name.
 //!
 //! Each pool's builder holds a [`Settings`] and gets its setters from [`setters!`], so the
 //! setters read the same, validate the same and start the reaper the same way in every pool;
@@ -20,7 +20,11 @@
 //! * **Idle timeout.** Zero is [`ConfigError::Zero`]: a resource would be closed the moment it
 //!   went idle. To keep resources, turn the reaper off instead.
 //! * **Breaker.** `breaker(n, backoff)` with `n = 0` is [`ConfigError::Zero`]`("breaker")`.
+//! * **Name.** `name(..)` labels what the pool records itself through the `metrics` facade (its
+//!   wait histogram, `pool = name`); without it the label is `"default"` (see
+//!   `crate::pool::wait`). Any text is accepted, the empty string too.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -29,6 +33,7 @@ use tokio::task::AbortHandle;
 use crate::breaker::Breaker;
 use crate::error::ConfigError;
 use crate::pool::reap::{nanos, spawn_reaper};
+use crate::pool::wait::DEFAULT_NAME;
 use crate::sync::Arc;
 
 /// How the background reaper was asked for.
@@ -71,6 +76,8 @@ pub(crate) struct Settings {
     pub(crate) clock: Option<quanta::Clock>,
     /// `(consecutive failures, backoff)`, if the pool has a breaker and one was asked for.
     pub(crate) breaker: Option<(u32, Duration)>,
+    /// The pool's name: the `pool` label of what it records itself (its wait histogram).
+    pub(crate) name: Cow<'static, str>,
 }
 
 impl Settings {
@@ -81,6 +88,7 @@ impl Settings {
             reap: Reap::Default(reap_interval),
             clock: None,
             breaker: None,
+            name: Cow::Borrowed(DEFAULT_NAME),
         }
     }
 
@@ -226,6 +234,23 @@ macro_rules! setters {
         /// clock, so with a mock it reaps only as far as the mock has been advanced.
         pub fn clock(mut self, clock: quanta::Clock) -> Self {
             self.settings.clock = ::std::option::Option::Some(clock);
+            self
+        }
+    };
+    (@one name $what:literal) => {
+        #[doc = $what]
+        ///
+        /// With the `metrics` feature, each wait of a caller (served, timed out or given up) is
+        /// recorded in seconds in the pool's wait histogram, labelled `pool = name`; without
+        /// this setting the label is `"default"`. Give the pool the name its exporter uses
+        /// (`slotpool::metrics::spawn_exporter`'s), so that the histogram and the pool's
+        /// counters share their label. A caller that does not wait records nothing. Default:
+        /// `"default"`.
+        pub fn name(
+            mut self,
+            name: impl ::std::convert::Into<::std::borrow::Cow<'static, str>>,
+        ) -> Self {
+            self.settings.name = name.into();
             self
         }
     };

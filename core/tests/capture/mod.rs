@@ -1,12 +1,13 @@
 //! A `metrics` recorder for tests: every registered counter or gauge is kept by name and
-//! labels (`name{k=v,...}`, labels sorted) so a test can read what a pool exported.
+//! labels (`name{k=v,...}`, labels sorted) so a test can read what a pool exported, and every
+//! histogram keeps the samples recorded in it.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata};
+use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata};
 use metrics::{Recorder, SharedString, Unit};
 
 /// A value cell that serves as both a counter and a gauge (gauge values as f64 bits).
@@ -44,23 +45,58 @@ impl Cell {
     }
 }
 
+/// The samples recorded in one histogram, in order.
+#[derive(Default)]
+pub struct Samples(Mutex<Vec<f64>>);
+
+impl HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        lock(&self.0).push(value);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
 /// Records every registered handle by name and labels.
 #[derive(Default)]
-pub struct Capture(Mutex<HashMap<String, Arc<Cell>>>);
+pub struct Capture(
+    Mutex<HashMap<String, Arc<Cell>>>,
+    Mutex<HashMap<String, Arc<Samples>>>,
+);
+
+/// `name{k=v,...}`, labels sorted.
+fn key_name(key: &Key) -> String {
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.name(), labels.join(","))
+}
 
 impl Capture {
     fn cell(&self, key: &Key) -> Arc<Cell> {
-        let mut labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        labels.sort();
-        let name = format!("{}{{{}}}", key.name(), labels.join(","));
-        let mut map = match self.0.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        Arc::clone(map.entry(name).or_default())
+        Arc::clone(lock(&self.0).entry(key_name(key)).or_default())
+    }
+
+    /// The samples recorded so far in histogram `name` (`name{k=v,...}`); none if it was
+    /// never registered.
+    pub fn samples(&self, name: &str) -> Vec<f64> {
+        lock(&self.1)
+            .get(name)
+            .map_or_else(Vec::new, |samples| lock(&samples.0).clone())
+    }
+
+    /// Every histogram registered so far, by `name{k=v,...}`.
+    pub fn histograms(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.1).keys().cloned().collect();
+        names.sort();
+        names
     }
 
     pub fn counter(&self, name: &str) -> u64 {
@@ -92,7 +128,7 @@ impl Recorder for Capture {
     fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
         Gauge::from_arc(self.cell(key))
     }
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(Arc::clone(lock(&self.1).entry(key_name(key)).or_default()))
     }
 }

@@ -1,11 +1,14 @@
 //! [`KeyedBuilder`]: the families, shares and aliases of a [`Keyed`] registry, checked against
 //! the blocking pool's size by [`KeyedBuilder::build`].
 
+use std::borrow::Cow;
+
 use super::{
     check_fit, Key, KeyState, KeyTable, Keyed, KeyedConfigError, DEFAULT_SHARE,
     TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
 };
 use crate::error::ConfigError;
+use crate::pool::wait::DEFAULT_NAME;
 use crate::routes::Routes;
 
 /// Builder of a [`Keyed`] registry; see [`Keyed::builder`].
@@ -18,6 +21,10 @@ pub struct KeyedBuilder<K> {
     shares: Vec<(K, Option<usize>)>,
     /// (caller key, share key).
     aliases: Vec<(K, K)>,
+    /// The clock waits are timed on; `None`: `quanta::Clock::new()` at build.
+    clock: Option<quanta::Clock>,
+    /// The `pool` label of the keys' wait histograms.
+    name: Cow<'static, str>,
 }
 
 impl<K: Key> KeyedBuilder<K> {
@@ -29,6 +36,8 @@ impl<K: Key> KeyedBuilder<K> {
             reserved_threads: 0,
             shares: Vec::new(),
             aliases: Vec::new(),
+            clock: None,
+            name: Cow::Borrowed(DEFAULT_NAME),
         }
     }
 
@@ -70,6 +79,33 @@ impl<K: Key> KeyedBuilder<K> {
         self
     }
 
+    /// The clock a call's wait for a slot is timed on ([`KeyStats::wait_time`]); only a call
+    /// that finds its share full reads it (the wait bound itself, `max_wait`, runs on tokio's
+    /// timer). Tests pass `quanta::Clock::mock()`. Default: `quanta::Clock::new()`.
+    ///
+    /// [`KeyStats::wait_time`]: super::KeyStats::wait_time
+    pub fn clock(mut self, clock: quanta::Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The registry's name: with the `metrics` feature, each wait for a slot (admitted,
+    /// refused or given up) is recorded in seconds in the histogram
+    /// `slotpool_keyed_wait_seconds`, labelled `pool = name` beside the caller's `key` and its
+    /// `share`. Default: `"default"`. A call admitted at once records nothing.
+    ///
+    /// ```
+    /// use slotpool::keyed::Keyed;
+    ///
+    /// let keyed = Keyed::builder().name("storage").family("journal").build()?;
+    /// # let _ = keyed;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Validates the configuration and builds the registry.
     ///
     /// # Errors
@@ -84,13 +120,15 @@ impl<K: Key> KeyedBuilder<K> {
         if self.max_blocking_threads == 0 {
             return Err(ConfigError::Zero("max_blocking_threads").into());
         }
+        let name = self.name;
+        let state = |key: &K, share: &K| KeyState::new(key, share, name.clone());
         let mut table = KeyTable::new();
         for (key, slots) in self.shares {
             let slots = slots.unwrap_or(self.default_share);
-            table.add_share(None, key, slots, KeyState::new)?;
+            table.add_share(None, key, slots, state)?;
         }
         for (alias, share) in self.aliases {
-            table.add_alias(None, alias, share, KeyState::new)?;
+            table.add_alias(None, alias, share, state)?;
         }
         check_fit(
             table.total(),
@@ -102,6 +140,8 @@ impl<K: Key> KeyedBuilder<K> {
             default_share: self.default_share,
             max_blocking_threads: self.max_blocking_threads,
             reserved_threads: self.reserved_threads,
+            clock: self.clock.unwrap_or_default(),
+            name,
         })
     }
 }

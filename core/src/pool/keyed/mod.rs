@@ -21,9 +21,9 @@
 //! 2. tries the share's quota without waiting, one CAS (the common case ends here: no clock
 //!    read, no timer, no reference count);
 //! 3. only if the share is full, waits asynchronously (holding no thread) in
-//!    `tokio::time::timeout(max_wait, quota.acquire())`; if the wait elapses the call is
-//!    **refused**: a per-key counter goes up and a warning names the key, its share and the wait
-//!    bound, never the request;
+//!    `tokio::time::timeout(max_wait, quota.acquire())`, timed on the registry's clock for the
+//!    key's wait statistics; if the wait elapses the call is **refused**: a per-key counter goes
+//!    up and a warning names the key, its share and the wait bound, never the request;
 //! 4. moves the [`Admission`] **into** the closure it hands to
 //!    [`tokio::task::spawn_blocking`], enters the caller's span **inside** that closure, runs
 //!    the work inside a panic guard, and releases the slot when the closure ends. A release
@@ -88,9 +88,14 @@
 //! # Statistics and metrics
 //!
 //! [`Keyed::stats`] reports, per caller key, its share, the share's slots in use and capacity,
-//! the calls waiting, and the key's refusals and panics. With the `metrics` feature each caller
-//! key also exports a gauge `slotpool_keyed_in_use` (its calls holding a slot now) and counters
-//! `slotpool_keyed_refusals_total` and `slotpool_keyed_panics_total`, all labelled `key` and
+//! the calls waiting, the key's refusals and panics, and how many of its calls waited for a
+//! slot and for how long in all ([`KeyStats::waits`], [`KeyStats::wait_time`], on the clock
+//! set with [`KeyedBuilder::clock`]; a call admitted at once reads no clock). With the
+//! `metrics` feature each caller key also exports a gauge `slotpool_keyed_in_use` (its calls
+//! holding a slot now) and counters `slotpool_keyed_refusals_total` and
+//! `slotpool_keyed_panics_total`, all labelled `key` and `share`, and records each wait (served,
+//! refused or given up) in seconds in the histogram `slotpool_keyed_wait_seconds`, labelled
+//! `pool` (the registry's [`name`](KeyedBuilder::name), `"default"` without one), `key` and
 //! `share`; the handles are registered once per key, with whatever recorder is installed when
 //! the key is registered. (The in-use gauge's handle is cloned into each admission, a
 //! reference count the feature adds to the hot path.)
@@ -135,12 +140,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
 
 use crate::error::Reach;
 use crate::panic::{catch, Panic};
+use crate::pool::reap::nanos;
+use crate::pool::wait::{WaitClock, WaitSink};
 use crate::quota::QuotaPermit;
 use crate::routes::{First, Route, Routes, Table};
 use crate::sync::{AtomicU64, Ordering};
@@ -190,6 +198,14 @@ pub struct KeyStats<K> {
     pub refusals: u64,
     /// Calls with this caller key whose closure panicked so far.
     pub panics: u64,
+    /// Calls with this caller key that found the share full and waited for a slot so far:
+    /// those admitted after the wait, those refused at `max_wait`, and those dropped while
+    /// waiting.
+    pub waits: u64,
+    /// The time those calls spent waiting, in all, on the registry's clock
+    /// ([`KeyedBuilder::clock`]; bb8's `get_wait_time`, per key). A call admitted at once
+    /// reads no clock and adds nothing.
+    pub wait_time: Duration,
 }
 
 /// Whether a call's closure can have a durable effect; decides the [`Reach`] of a lost outcome.
@@ -215,20 +231,35 @@ struct KeyState {
     refusals: AtomicU64,
     /// Panics of this caller key's closures. Written only on the panic path.
     panics: AtomicU64,
+    /// Calls of this caller key that waited for a slot. Written only on the wait path.
+    waits: AtomicU64,
+    /// Nanoseconds they waited, in all. Written only on the wait path (a [`WaitSink`]).
+    wait_nanos: AtomicU64,
     #[cfg(feature = "metrics")]
     metrics: metrics_export::RouteMetrics,
 }
 
 impl KeyState {
-    fn new<K: Key>(key: &K, share: &K) -> Self {
+    /// The state of caller key `key`, drawing from `share`, in the registry called `pool`.
+    fn new<K: Key>(key: &K, share: &K, pool: Cow<'static, str>) -> Self {
         #[cfg(not(feature = "metrics"))]
-        let _ = (key, share);
+        let _ = (key, share, pool);
         Self {
             refusals: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            wait_nanos: AtomicU64::new(0),
             #[cfg(feature = "metrics")]
-            metrics: metrics_export::RouteMetrics::new(key, share),
+            metrics: metrics_export::RouteMetrics::new(key, share, pool),
         }
+    }
+}
+
+impl WaitSink for KeyState {
+    fn add(&self, waited: Duration) {
+        self.wait_nanos.fetch_add(nanos(waited), Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics.wait_seconds.record(waited.as_secs_f64());
     }
 }
 
@@ -246,6 +277,8 @@ fn stats_of<K: Key>(key: &K, route: &KeyRoute<K>) -> KeyStats<K> {
         waiting: quota.waiting(),
         refusals: state.refusals.load(Ordering::Relaxed),
         panics: state.panics.load(Ordering::Relaxed),
+        waits: state.waits.load(Ordering::Relaxed),
+        wait_time: Duration::from_nanos(state.wait_nanos.load(Ordering::Relaxed)),
     }
 }
 
@@ -261,6 +294,10 @@ pub struct Keyed<K: Key> {
     max_blocking_threads: usize,
     /// Threads kept free for other blocking work.
     reserved_threads: usize,
+    /// The clock waits are timed on (read only by a call that waits).
+    clock: quanta::Clock,
+    /// The registry's name: the `pool` label of its keys' wait histograms.
+    name: Cow<'static, str>,
 }
 
 impl<K: Key> Keyed<K> {
@@ -474,7 +511,15 @@ impl<K: Key> Keyed<K> {
         route: crate::sync::Arc<KeyRoute<K>>,
         max_wait: Duration,
     ) -> Result<Admission, KeyedError<K>> {
-        match tokio::time::timeout(max_wait, route.quota().acquire()).await {
+        // The first attempt found the share full: the wait starts, counted and timed (two clock
+        // reads, only here); it ends however the timeout below ends, or with this future.
+        let state = route.extra();
+        state.waits.fetch_add(1, Ordering::Relaxed);
+        let mut clock = WaitClock::new(&self.clock, state);
+        clock.start();
+        let waited = tokio::time::timeout(max_wait, route.quota().acquire()).await;
+        drop(clock);
+        match waited {
             Ok(Ok(permit)) => Ok(Admission::new(permit, &route)),
             Ok(Err(_closed)) => Err(self.closed(key)),
             Err(_elapsed) => Err(self.refuse(key, &route, max_wait)),
@@ -525,7 +570,9 @@ impl<K: Key> Keyed<K> {
     pub fn register(&self, key: K, share: usize) -> Result<(), KeyedConfigError<K>> {
         let new_key = key.clone();
         self.publish(&new_key, share, |table, fixed| {
-            table.add_share(Some(fixed), key, share, KeyState::new)
+            table.add_share(Some(fixed), key, share, |key, share| {
+                KeyState::new(key, share, self.name.clone())
+            })
         })
     }
 
@@ -545,7 +592,9 @@ impl<K: Key> Keyed<K> {
     pub fn register_alias(&self, alias: K, share: K) -> Result<(), KeyedConfigError<K>> {
         let new_key = alias.clone();
         self.publish(&new_key, 0, |table, fixed| {
-            table.add_alias(Some(fixed), alias, share, KeyState::new)
+            table.add_alias(Some(fixed), alias, share, |alias, share| {
+                KeyState::new(alias, share, self.name.clone())
+            })
         })
     }
 
@@ -635,6 +684,11 @@ impl<K: Key> Keyed<K> {
     pub fn reserved_threads(&self) -> usize {
         self.reserved_threads
     }
+
+    /// The clock waits are timed on ([`KeyedBuilder::clock`]).
+    pub fn clock(&self) -> &quanta::Clock {
+        &self.clock
+    }
 }
 
 impl<K: Key> fmt::Debug for Keyed<K> {
@@ -643,6 +697,7 @@ impl<K: Key> fmt::Debug for Keyed<K> {
             .field("routes", &self.routes)
             .field("max_blocking_threads", &self.max_blocking_threads)
             .field("reserved_threads", &self.reserved_threads)
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -727,6 +782,8 @@ impl fmt::Debug for Admission {
 /// now and a counter of its refusals, both labelled with the key and its share.
 #[cfg(feature = "metrics")]
 mod metrics_export {
+    use std::borrow::Cow;
+
     use super::Key;
 
     /// Name of the per-key gauge of slots in use by that key's running calls.
@@ -735,22 +792,33 @@ mod metrics_export {
     pub(super) const REFUSALS: &str = "slotpool_keyed_refusals_total";
     /// Name of the per-key counter of closures that panicked.
     pub(super) const PANICS: &str = "slotpool_keyed_panics_total";
+    /// Name of the per-key histogram of waits for a slot, in seconds.
+    pub(super) const WAIT_SECONDS: &str = "slotpool_keyed_wait_seconds";
 
     /// The handles of one caller key, registered once when the key is.
     pub(super) struct RouteMetrics {
         pub(super) in_use: metrics::Gauge,
         pub(super) refusals: metrics::Counter,
         pub(super) panics: metrics::Counter,
+        /// One sample per wait for a slot, labelled with the registry's name too.
+        pub(super) wait_seconds: metrics::Histogram,
     }
 
     impl RouteMetrics {
-        pub(super) fn new<K: Key>(key: &K, share: &K) -> Self {
+        pub(super) fn new<K: Key>(key: &K, share: &K, pool: Cow<'static, str>) -> Self {
             let key = label(key);
             let share = label(share);
+            let pool = crate::pool::wait::label(pool);
             Self {
                 in_use: metrics::gauge!(IN_USE, "key" => key.clone(), "share" => share.clone()),
                 refusals: metrics::counter!(REFUSALS, "key" => key.clone(), "share" => share.clone()),
-                panics: metrics::counter!(PANICS, "key" => key, "share" => share),
+                panics: metrics::counter!(PANICS, "key" => key.clone(), "share" => share.clone()),
+                wait_seconds: metrics::histogram!(
+                    WAIT_SECONDS,
+                    "pool" => pool,
+                    "key" => key,
+                    "share" => share
+                ),
             }
         }
     }

@@ -314,8 +314,12 @@ impl<M: Manager> PoolBuilder<M> {
                        (keeping `min_idle`). Default: 10 min.";
         reap_interval: "How often the background reaper runs [`Pool::reap`] (idle timeout and \
                         lifetime) and tops `min_idle` up. Default: every 30 s.";
-        clock: "The clock object ages and idle times are measured with. Default: \
+        clock: "The clock object ages, idle times and waits \
+                ([`Stats::wait_time`](super::Stats::wait_time)) are measured with. Default: \
                 `quanta::Clock::new()`.";
+        name: "The pool's name: the `pool` label of its wait histogram, \
+               `slotpool_managed_wait_seconds` (one sample per `get` that waited, the waits \
+               [`Stats::wait_time`](super::Stats::wait_time) adds up).";
     }
 
     /// Builds the pool. Needs no runtime: the background task (the reaper every
@@ -389,7 +393,7 @@ impl<M: Manager> PoolBuilder<M> {
                 hooks: self.hooks,
                 config,
                 time,
-                counters: Counters::default(),
+                counters: Counters::new(self.settings.name.clone()),
                 runtime: runtime.clone(),
                 maintain: Arc::new(tokio::sync::Notify::new()),
                 handle: Weak::clone(handle),

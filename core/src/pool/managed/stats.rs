@@ -1,6 +1,9 @@
 //! What a managed pool reports: [`Status`] (deadpool's gauges, by their names) and [`Stats`]
 //! (those gauges and every counter), and the counters behind them.
 
+use std::borrow::Cow;
+
+use crate::pool::wait::WaitTotal;
 use crate::sync::Counter;
 
 /// The pool's gauges now (a snapshot; deadpool's `Status`, field for field).
@@ -40,7 +43,10 @@ pub struct Stats {
     pub waits: u64,
     /// The time those `get`s spent waiting, in all (bb8's `get_wait_time`; the mean wait is
     /// `wait_time / waits`), on the pool's clock: from the failed try to an object or room,
-    /// a deadline, or the caller giving up. Only a caller that waits reads the clock.
+    /// a deadline, or the caller giving up. Only a caller that waits reads the clock. With the
+    /// `metrics` feature each wait is also a sample of the histogram
+    /// `slotpool_managed_wait_seconds`, labelled with the pool's
+    /// [`name`](super::PoolBuilder::name).
     pub wait_time: std::time::Duration,
     /// Objects created (including those finished off a cancelled caller, by `min_idle`, and
     /// those handed in with [`Pool::add`](super::Pool::add); not
@@ -74,7 +80,8 @@ pub struct Stats {
 /// The counters (cold paths; striped, see `crate::sync::Counter`).
 pub(super) struct Counters {
     pub(super) waits: Counter,
-    pub(super) wait_nanos: Counter,
+    /// The time `get`s waited, and the `slotpool_managed_wait_seconds` histogram.
+    pub(super) wait_nanos: WaitTotal,
     pub(super) created: Counter,
     pub(super) created_off_caller: Counter,
     pub(super) create_failures: Counter,
@@ -88,11 +95,12 @@ pub(super) struct Counters {
     pub(super) panics: Counter,
 }
 
-impl Default for Counters {
-    fn default() -> Self {
+impl Counters {
+    /// Zero counters of the pool called `name` (the wait histogram's label).
+    pub(super) fn new(name: Cow<'static, str>) -> Self {
         Counters {
             waits: Counter::new(),
-            wait_nanos: Counter::new(),
+            wait_nanos: WaitTotal::new("slotpool_managed_wait_seconds", name),
             created: Counter::new(),
             created_off_caller: Counter::new(),
             create_failures: Counter::new(),

@@ -13,7 +13,11 @@ use std::time::Duration;
 
 use crate::exclusive::MAX_STAMP;
 use crate::pool::reap::nanos;
-use crate::sync::{AtomicU64, Counter, Ordering};
+use crate::sync::{AtomicU64, Ordering};
+
+// The managed pool's `get` times its waits with this; it lives with the other pools' wait
+// statistics now.
+pub(crate) use crate::pool::wait::WaitClock;
 
 /// A pool's clock, its time zero and its recent time. See the [module documentation](self).
 #[derive(Debug)]
@@ -77,46 +81,5 @@ impl RecentClock {
     /// `now` (a stamp).
     pub(crate) fn latest(&self, stamp: u64, now: u64) -> quanta::Instant {
         self.instant(stamp.saturating_add(self.staleness).min(now))
-    }
-}
-
-/// Times a wait for a pool's statistics: from [`WaitClock::start`] (the first time the caller
-/// finds it must wait) to the drop (served, timed out or cancelled), added to `total` in
-/// nanoseconds. A caller that never waits reads no clock.
-pub(crate) struct WaitClock<'a> {
-    clock: &'a quanta::Clock,
-    total: &'a Counter,
-    start: Option<quanta::Instant>,
-}
-
-impl<'a> WaitClock<'a> {
-    /// Not started.
-    pub(crate) fn new(clock: &'a quanta::Clock, total: &'a Counter) -> Self {
-        WaitClock {
-            clock,
-            total,
-            start: None,
-        }
-    }
-
-    /// Started now, unless it was already.
-    pub(crate) fn start(&mut self) {
-        if self.start.is_none() {
-            self.start = Some(self.clock.now());
-        }
-    }
-
-    /// Whether the caller waited.
-    pub(crate) fn waited(&self) -> bool {
-        self.start.is_some()
-    }
-}
-
-impl Drop for WaitClock<'_> {
-    fn drop(&mut self) {
-        if let Some(start) = self.start {
-            let waited = self.clock.now().saturating_duration_since(start);
-            self.total.add(nanos(waited));
-        }
     }
 }

@@ -63,7 +63,13 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         max_idle_time: "How long a session may sit unused before it is stale (rebuilt on \
                         acquire, closed by the reaper); R3's name for the idle timeout. \
                         Default [`DEFAULT_MAX_IDLE_TIME`].";
-        clock: "The clock for last-use stamps and reaping. Default: `quanta::Clock::new()`.";
+        clock: "The clock for last-use stamps, reaping and followers' waits \
+                ([`SessionStats::wait_time`](super::SessionStats::wait_time)). Default: \
+                `quanta::Clock::new()`.";
+        name: "The pool's name: the `pool` label of its wait histogram, \
+               `slotpool_session_wait_seconds` (one sample per acquire that waited for another \
+               caller's establishment of its session, the waits \
+               [`SessionStats::wait_time`](super::SessionStats::wait_time) adds up).";
     }
 
     /// Keeps up to `count` connected, unassigned connections, filled by
@@ -122,7 +128,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             prewarm: self.prewarm,
             idle: Mutex::new(Vec::new()),
             unstarted: Batch::new(),
-            counters: Arc::new(Counters::new()),
+            counters: Arc::new(Counters::new(self.settings.name.clone())),
         });
         let reaper = self
             .settings

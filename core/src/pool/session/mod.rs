@@ -201,7 +201,8 @@
 //! (executor-agnostic); the loom models drive that same code.
 
 use std::fmt;
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::time::Duration;
 
 use quanta::Clock;
@@ -212,6 +213,7 @@ use crate::flight::{self, Batch, Directory, Flight, Hashed, Refusal, Step};
 use crate::limit::OwnedPermit;
 use crate::panic::{catch, report, Panic};
 use crate::pool::reap::nanos as duration_ns;
+use crate::pool::wait::{WaitClock, WaitTotal};
 use crate::sync::{Arc, Counter, Mutex, Weak};
 
 /// Capacity of each session's event channel (R3's 256). The reader waits when it is full.
@@ -384,6 +386,18 @@ pub struct SessionStats {
     pub failures: u64,
     /// Acquires refused with `Exhausted`.
     pub exhausted: u64,
+    /// Acquires that waited: the session was being established by another caller, and this
+    /// one joined its flight and waited for the outcome (including those dropped while
+    /// waiting). Capacity is never waited for (a full pool is `Exhausted` at once), and a
+    /// leader's own establishment is work, not a wait: neither counts.
+    pub waits: u64,
+    /// The time those acquires spent waiting, in all, on the pool's clock: from the first
+    /// poll that found the establishment unfinished to its outcome, or to the caller giving
+    /// up (bb8's `get_wait_time`, for followers). A hot acquire, or a leader's, reads no
+    /// clock for it. With the `metrics` feature each wait is also a sample of the histogram
+    /// `slotpool_session_wait_seconds`, labelled with the pool's
+    /// [`name`](SessionPoolBuilder::name).
+    pub wait_time: Duration,
     /// Sessions removed by `release` / `reset_session`.
     pub released: u64,
     /// Sessions retired by the reaper.
@@ -406,6 +420,10 @@ struct Counters {
     reattaches: Counter,
     failures: Counter,
     exhausted: Counter,
+    /// Followers that waited on another caller's establishment.
+    waits: Counter,
+    /// The time they waited, and the `slotpool_session_wait_seconds` histogram.
+    wait_nanos: WaitTotal,
     released: Counter,
     reaped: Counter,
     rebuilt: Counter,
@@ -413,7 +431,8 @@ struct Counters {
 }
 
 impl Counters {
-    fn new() -> Self {
+    /// Zero counters of the pool called `name` (the wait histogram's label).
+    fn new(name: std::borrow::Cow<'static, str>) -> Self {
         Self {
             active: Gauge::new(),
             establishing: Gauge::new(),
@@ -422,6 +441,8 @@ impl Counters {
             reattaches: Counter::new(),
             failures: Counter::new(),
             exhausted: Counter::new(),
+            waits: Counter::new(),
+            wait_nanos: WaitTotal::new("slotpool_session_wait_seconds", name),
             released: Counter::new(),
             reaped: Counter::new(),
             rebuilt: Counter::new(),
@@ -599,9 +620,33 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 }
                 Step::Closed => return Err(SessionError::Closed),
             };
-            // Cancel-safe: dropping here only deregisters this caller's waker.
-            return flight.wait().await.map(|live| Session { live });
+            // Cancel-safe: dropping here only deregisters this caller's waker. Boxed: a
+            // follower's wait (and its timing) is the rare path, kept out of this future so
+            // that the hot path's stays as small as it was.
+            return Box::pin(self.follow(flight)).await;
         }
+    }
+
+    /// A follower's wait for the outcome of the flight it joined, counted and timed as a
+    /// wait from its first pending poll (a wait cut short counts too; a flight already done
+    /// reads no clock).
+    ///
+    /// Cancel-safe: dropping it only deregisters this caller's waker (and ends the wait).
+    async fn follow(&self, flight: Arc<Flight<Outcome<C>>>) -> Result<Session<C>, SessionError> {
+        let counters = &*self.shared.counters;
+        let mut clock = WaitClock::new(&self.shared.clock, &counters.wait_nanos);
+        let mut wait = pin!(flight.wait());
+        let outcome = poll_fn(|cx| {
+            let poll = wait.as_mut().poll(cx);
+            if poll.is_pending() && !clock.waited() {
+                clock.start();
+                bump(&counters.waits);
+            }
+            poll
+        })
+        .await;
+        drop(clock);
+        outcome.map(|live| Session { live })
     }
 
     /// Returns the establishment of a flight this caller leads, for the caller to drive, or
@@ -750,6 +795,8 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
             reattaches: counters.reattaches.get(),
             failures: counters.failures.get(),
             exhausted: counters.exhausted.get(),
+            waits: counters.waits.get(),
+            wait_time: counters.wait_nanos.time(),
             released: counters.released.get(),
             reaped: counters.reaped.get(),
             rebuilt: counters.rebuilt.get(),

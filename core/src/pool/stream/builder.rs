@@ -70,7 +70,12 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
                         stream's driver times them). Default: every second.";
         clock: "The clock idle time and the breaker's backoff are measured with (the open and \
                 stall timeouts run on tokio's timer; the reaper's backstop for them reads this \
-                clock). Default: `quanta::Clock::new()`.";
+                clock), and acquires' waits \
+                ([`StreamStats::wait_time`](super::StreamStats::wait_time)). Default: \
+                `quanta::Clock::new()`.";
+        name: "The pool's name: the `pool` label of its wait histogram, \
+               `slotpool_stream_wait_seconds` (one sample per acquire that waited for room, \
+               the waits [`StreamStats::wait_time`](super::StreamStats::wait_time) adds up).";
         breaker: "Circuit breaker: after `consecutive_failures` connect failures in a row, \
                   acquires that would open a new stream fail fast with \
                   [`AcquireError::Unavailable`](crate::AcquireError::Unavailable) for `backoff` \
@@ -214,7 +219,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
             open_timeout: self.open_timeout,
             stall_timeout: self.stall_timeout,
             timers,
-            counters: Counters::default(),
+            counters: Counters::new(self.settings.name.clone()),
             breaker: self.settings.breaker(),
             min_streams: self.min_streams,
         });

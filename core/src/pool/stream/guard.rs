@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use super::{send_on, RequestError, Shared, StreamConnector, StreamPool};
 use crate::error::AcquireError;
 use crate::gate::WaitState;
+use crate::pool::wait::WaitSink;
 use crate::slots::Reservation;
 use crate::sync::Arc;
 
@@ -19,7 +20,11 @@ pub struct Acquire<'a, C: StreamConnector> {
     pub(super) pool: &'a StreamPool<C>,
     /// Structurally pinned: never moved out of the future.
     pub(super) wait: WaitState<'a>,
-    pub(super) waited: bool,
+    /// When this future first found no room, on the pool's clock; `None` until then (an
+    /// acquire that never waits reads no clock). INVARIANT: `Some` only while `wait` is
+    /// queued: the wait ends, and is added to the pool's wait time, when the future resolves
+    /// or is dropped queued.
+    pub(super) waiting_since: Option<quanta::Instant>,
 }
 
 impl<'a, C: StreamConnector> Future for Acquire<'a, C> {
@@ -37,7 +42,10 @@ impl<'a, C: StreamConnector> Future for Acquire<'a, C> {
         // poll (through `poll_full`) takes its notification, so no wait is counted here.
         if !this.wait.is_queued() {
             if let Some(reservation) = this.pool.shared.table.reserve_fast() {
-                debug_assert!(!this.waited, "a future that waited is queued");
+                debug_assert!(
+                    this.waiting_since.is_none(),
+                    "a future that waited is queued"
+                );
                 return Poll::Ready(Ok(this.pool.guard(reservation)));
             }
         }
@@ -56,10 +64,22 @@ impl<'a, C: StreamConnector> Acquire<'a, C> {
         // SAFETY: `self` is the pinned future (see `poll`); `wait` is structurally pinned.
         let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
         match self.pool.shared.table.poll_reserve_slow(wait, cx) {
-            Poll::Ready(Ok(reservation)) => Poll::Ready(self.resolve(reservation)),
-            Poll::Ready(Err(_closed)) => Poll::Ready(Err(AcquireError::Closed)),
+            Poll::Ready(Ok(reservation)) => {
+                self.end_wait();
+                Poll::Ready(self.resolve(reservation))
+            }
+            Poll::Ready(Err(_closed)) => {
+                self.end_wait();
+                Poll::Ready(Err(AcquireError::Closed))
+            }
             Poll::Pending => {
-                self.waited = true;
+                if self.waiting_since.is_none() {
+                    // The first poll that found no room: the wait starts (two clock reads in
+                    // all, only for an acquire that waits).
+                    let shared = &self.pool.shared;
+                    self.waiting_since = Some(shared.clock.now());
+                    shared.counters.waits.incr();
+                }
                 Poll::Pending
             }
         }
@@ -68,26 +88,52 @@ impl<'a, C: StreamConnector> Acquire<'a, C> {
     /// Turns the reservation this future resolved with into its output.
     #[inline]
     fn resolve(&self, reservation: Reservation) -> Result<StreamGuard<'a, C>, AcquireError> {
-        let pool = self.pool;
-        if self.waited {
-            pool.shared.counters.waits.incr();
-        }
-        pool.admit(reservation)
+        self.pool
+            .admit(reservation)
             .map_err(|retry_after| AcquireError::Unavailable { retry_after })
+    }
+
+    /// Ends this future's wait, if it waited: adds its length to the pool's wait time (and
+    /// records it in the wait histogram).
+    fn end_wait(&mut self) {
+        if let Some(since) = self.waiting_since.take() {
+            let shared = &self.pool.shared;
+            shared.counters.wait_nanos.end(&shared.clock, since);
+        }
+    }
+
+    /// The drop of a queued future: it gives its place up (and a unit handed to it), and its
+    /// wait, cut short, is added to the pool's wait time.
+    #[cold]
+    fn give_up(&mut self) {
+        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
+        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
+        self.pool.shared.table.cancel_reserve(wait);
+        self.end_wait();
     }
 }
 
 impl<C: StreamConnector> Drop for Acquire<'_, C> {
+    /// An acquire that resolved, or never waited, is not queued: one check.
+    #[inline]
     fn drop(&mut self) {
-        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
-        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
-        self.pool.shared.table.cancel_reserve(wait);
+        if self.wait.is_queued() {
+            self.give_up();
+        } else {
+            debug_assert!(
+                self.waiting_since.is_none(),
+                "a wait that ended is not queued"
+            );
+        }
     }
 }
 
 impl<C: StreamConnector> fmt::Debug for Acquire<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Acquire").field("wait", &self.wait).finish()
+        f.debug_struct("Acquire")
+            .field("wait", &self.wait)
+            .field("waiting_since", &self.waiting_since)
+            .finish()
     }
 }
 

@@ -120,6 +120,7 @@ use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, Reach, TryAcquireError};
 use crate::gate::WaitState;
 use crate::pool::reap::nanos;
+use crate::pool::wait::WaitTotal;
 use crate::slots::{Generation, Phase, Reservation, SlotTable, TableStats};
 use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, Published};
 
@@ -145,8 +146,16 @@ pub struct StreamStats {
     pub table: TableStats,
     /// Acquires that returned a guard.
     pub acquires: u64,
-    /// Acquires that had to wait for capacity.
+    /// Acquires that had to wait for capacity (including those that timed out or were
+    /// dropped while waiting).
     pub waits: u64,
+    /// The time those acquires spent waiting, in all, on the pool's clock: from their first
+    /// poll that found no room to room, the pool's close, or the caller giving up (bb8's
+    /// `get_wait_time`; the mean wait is `wait_time / waits`). An acquire that finds room at
+    /// once reads no clock and adds nothing. With the `metrics` feature each wait is also a
+    /// sample of the histogram `slotpool_stream_wait_seconds`, labelled with the pool's
+    /// [`name`](StreamPoolBuilder::name).
+    pub wait_time: Duration,
     /// Requests answered: the caller got its response.
     pub completed: u64,
     /// Requests that ended with a [`RequestError`] returned to the caller.
@@ -272,12 +281,15 @@ struct Shared<C: StreamConnector> {
     min_streams: usize,
 }
 
-/// The pool's counters (see [`StreamStats`]). Only `acquires` is bumped on the acquire path;
-/// the request outcomes are counted by `send`, the rest by drivers and the reaper.
+/// The pool's counters (see [`StreamStats`]). Only `acquires` is bumped on the acquire path
+/// (and, for an acquire that waits, `waits` and `wait_nanos`); the request outcomes are counted
+/// by `send`, the rest by drivers and the reaper.
 #[derive(Debug)]
 struct Counters {
     acquires: Counter,
     waits: Counter,
+    /// The time acquires waited, and the `slotpool_stream_wait_seconds` histogram.
+    wait_nanos: WaitTotal,
     completed: Counter,
     failed: Counter,
     cancelled: Counter,
@@ -293,11 +305,13 @@ struct Counters {
     breaker_rejections: Counter,
 }
 
-impl Default for Counters {
-    fn default() -> Self {
+impl Counters {
+    /// Zero counters of the pool called `name` (the wait histogram's label).
+    fn new(name: std::borrow::Cow<'static, str>) -> Self {
         Self {
             acquires: Counter::new(),
             waits: Counter::new(),
+            wait_nanos: WaitTotal::new("slotpool_stream_wait_seconds", name),
             completed: Counter::new(),
             failed: Counter::new(),
             cancelled: Counter::new(),
@@ -477,7 +491,7 @@ impl<C: StreamConnector> StreamPool<C> {
         Acquire {
             pool: self,
             wait: WaitState::new(),
-            waited: false,
+            waiting_since: None,
         }
     }
 
@@ -647,6 +661,7 @@ impl<C: StreamConnector> StreamPool<C> {
             table: self.shared.table.stats(),
             acquires: c.acquires.get(),
             waits: c.waits.get(),
+            wait_time: c.wait_nanos.time(),
             completed: c.completed.get(),
             failed: c.failed.get(),
             cancelled: c.cancelled.get(),
