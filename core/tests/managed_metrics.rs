@@ -59,3 +59,32 @@ async fn the_wait_time_is_exported() {
     );
     assert_eq!(capture.counter("slotpool_managed_waits_total{pool=db}"), 1);
 }
+
+/// Creations held back by the create back-off are exported as `paused`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn creations_held_back_are_exported_as_paused() {
+    use slotpool::managed::{CreateBackoff, PoolError};
+    let f = Fixture::with(2, |b| {
+        b.create_backoff(CreateBackoff {
+            fail_fast: true,
+            ..CreateBackoff::default()
+        })
+    });
+    f.script.creates(&[Act::Fail, Act::Fail, Act::Fail]);
+    for _ in 0..3 {
+        assert!(f.pool.get().await.is_err());
+    }
+    for _ in 0..2 {
+        assert!(matches!(
+            f.pool.get().await,
+            Err(PoolError::Unavailable { .. })
+        ));
+    }
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || f.pool.stats().export("db"));
+    assert_eq!(capture.counter("slotpool_managed_paused_total{pool=db}"), 2);
+    assert_eq!(
+        capture.counter("slotpool_managed_create_failures_total{pool=db}"),
+        3
+    );
+}

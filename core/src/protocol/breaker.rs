@@ -19,6 +19,11 @@
 //!
 //! Time is whatever nanosecond base the owner passes in (the pools use their injected
 //! `quanta::Clock`), so tests and loom drive it without sleeping.
+//!
+//! **Jitter** ([`Breaker::jittered`]): each opening lasts between half the backoff and the
+//! whole of it, spread by a hash of the time it opened, so that pools that saw the same
+//! outage at the same moment do not all probe the recovering peer together. No random
+//! number generator and no shared state: the same opening time gives the same length.
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -60,6 +65,8 @@ pub struct Breaker {
     failures: AtomicU64,
     /// `until << 2 | state`. INVARIANT: `until` is meaningful only in `OPEN`.
     word: AtomicU64,
+    /// Whether an opening's length is spread over `[backoff / 2, backoff]`.
+    jitter: bool,
 }
 
 impl Breaker {
@@ -71,7 +78,35 @@ impl Breaker {
             backoff: backoff_nanos,
             failures: AtomicU64::new(0),
             word: AtomicU64::new(CLOSED),
+            jitter: false,
         }
+    }
+
+    /// This breaker with each opening spread over `[backoff / 2, backoff]` (see the
+    /// [module documentation](self)).
+    #[must_use]
+    pub fn jittered(mut self) -> Self {
+        self.jitter = true;
+        self
+    }
+
+    /// How long an opening at `now` lasts.
+    fn backoff_at(&self, now: u64) -> u64 {
+        if !self.jitter {
+            return self.backoff;
+        }
+        // splitmix64's finaliser: every bit of `now` moves every bit of the spread.
+        let mut x = now.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        let half = self.backoff / 2;
+        self.backoff - x % (half + 1)
+    }
+
+    /// The longest an opening lasts (the backoff), in the owner's nanoseconds.
+    pub fn backoff(&self) -> u64 {
+        self.backoff
     }
 
     /// Asks whether a spin-up may start at the time `now()` returns (read only when open).
@@ -127,12 +162,13 @@ impl Breaker {
             return;
         }
         if probe || failures >= u64::from(self.threshold) {
-            let until = now.saturating_add(self.backoff).min(u64::MAX >> 2);
+            let backoff = self.backoff_at(now);
+            let until = now.saturating_add(backoff).min(u64::MAX >> 2);
             if self.word.swap(until << 2 | OPEN, Ordering::AcqRel) & STATE_MASK != OPEN {
                 tracing::warn!(
                     consecutive_failures = failures,
                     probe,
-                    backoff_ms = self.backoff / 1_000_000,
+                    backoff_ms = backoff / 1_000_000,
                     "circuit breaker opened: spin-ups fail fast until the backoff ends"
                 );
             }
@@ -146,5 +182,41 @@ impl Breaker {
             OPEN => BreakerState::Open,
             _ => BreakerState::HalfOpen,
         }
+    }
+}
+
+#[cfg(all(test, not(slotpool_loom), not(slotpool_shuttle)))]
+mod tests {
+    use super::*;
+
+    /// A jittered opening lasts between half the backoff and all of it, and the lengths spread
+    /// over that range; without jitter every opening lasts the backoff.
+    #[test]
+    fn jitter_spreads_openings_over_the_upper_half_of_the_backoff() {
+        let backoff = 1_000_000;
+        let plain = Breaker::new(1, backoff);
+        let jittered = Breaker::new(1, backoff).jittered();
+        let lengths: Vec<u64> = (0..1000u64)
+            .map(|i| jittered.backoff_at(i * 7_919_113))
+            .collect();
+        assert!(lengths
+            .iter()
+            .all(|&l| (backoff / 2..=backoff).contains(&l)));
+        let (low, high) = lengths
+            .iter()
+            .partition::<Vec<u64>, _>(|&&l| l < backoff * 3 / 4);
+        assert!(
+            low.len() > 300 && high.len() > 300,
+            "{} / {}",
+            low.len(),
+            high.len()
+        );
+        assert!((0..100).all(|i| plain.backoff_at(i) == backoff));
+
+        // Opened at 5: half-open at its jittered end, not before.
+        jittered.on_failure(5, false);
+        let end = 5 + jittered.backoff_at(5);
+        assert_eq!(jittered.admit(|| end - 1), Err(1));
+        assert_eq!(jittered.admit(|| end), Ok(Admission::Probe));
     }
 }

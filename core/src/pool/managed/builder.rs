@@ -10,6 +10,7 @@ use super::manager::{Hook, Hooks, Manager};
 use super::stats::Counters;
 use super::time::RecentClock;
 use super::{BuildError, Config, Pool, PoolHandle, Shared};
+use crate::breaker::Breaker;
 use crate::error::ConfigError;
 use crate::exclusive::{ExclusiveSlots, Reuse, MAX_SIZE};
 use crate::pool::reap::nanos;
@@ -145,6 +146,77 @@ impl QueueMode {
     pub const Lifo: QueueMode = QueueMode::Lowest;
 }
 
+/// The create back-off: [`PoolBuilder::create_backoff`]. After `after_failures` creations in
+/// a row have failed (the manager's error, a create timeout or a panic in `create`: the
+/// server is down or refusing), new creations pause for up to `backoff`; then one `get`
+/// tries (the probe) while the others keep waiting, and its success ends the pause (a
+/// failure starts another). Each pause lasts between half of `backoff` and all of it,
+/// spread by the time it started, so that pools that met the same outage do not all come
+/// back at once. So a pool makes about one connection attempt per pause while the server is
+/// down, however many callers ask, instead of one per caller.
+///
+/// A `get` that needs a new object while creations are paused gives its room back (to a
+/// waiter, or for an object that comes back) and sleeps until the pause ends, then tries
+/// again, all within its wait deadline; if the pause outlasts that deadline, or if
+/// `fail_fast` is set, or for `try_get`, it fails at once with
+/// [`PoolError::Unavailable`](super::PoolError::Unavailable)`{ retry_after }` instead of
+/// waiting its deadline out. Idle objects are handed out as ever: only creations pause.
+/// [`Stats::paused`](super::Stats::paused) counts the creations held back.
+///
+/// On by default: 3 failures in a row, a pause of up to 500 ms, callers wait.
+/// [`CreateBackoff::off`] turns it off (every `get` that finds room creates, as deadpool and
+/// bb8 do).
+///
+/// ```
+/// use std::time::Duration;
+/// use slotpool::managed::CreateBackoff;
+///
+/// let backoff = CreateBackoff {
+///     backoff: Duration::from_secs(2),
+///     fail_fast: true,
+///     ..CreateBackoff::default()
+/// };
+/// assert_eq!(backoff.after_failures, 3);
+/// assert_eq!(CreateBackoff::off().after_failures, 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateBackoff {
+    /// Creations failed in a row that start a pause; 0 turns the back-off off.
+    pub after_failures: u32,
+    /// The longest a pause lasts (each lasts between half of it and all of it).
+    pub backoff: Duration,
+    /// Whether a `get` that needs a creation during a pause fails at once with
+    /// `PoolError::Unavailable` rather than waiting for the pause to end.
+    pub fail_fast: bool,
+}
+
+impl CreateBackoff {
+    /// No back-off: every `get` that finds room creates.
+    pub const fn off() -> Self {
+        CreateBackoff {
+            after_failures: 0,
+            backoff: Duration::ZERO,
+            fail_fast: false,
+        }
+    }
+
+    /// Whether it is on.
+    pub const fn is_on(&self) -> bool {
+        self.after_failures > 0
+    }
+}
+
+impl Default for CreateBackoff {
+    /// 3 failures in a row, pauses of up to 500 ms, callers wait.
+    fn default() -> Self {
+        CreateBackoff {
+            after_failures: 3,
+            backoff: Duration::from_millis(500),
+            fail_fast: false,
+        }
+    }
+}
+
 /// Builder for a managed [`Pool`]; see [`Pool::builder`].
 pub struct PoolBuilder<M: Manager> {
     manager: M,
@@ -156,6 +228,7 @@ pub struct PoolBuilder<M: Manager> {
     timeout_names: [&'static str; 3],
     recycle: Recycle,
     queue_mode: QueueMode,
+    create_backoff: CreateBackoff,
     hooks: Hooks<M>,
     settings: Settings,
 }
@@ -177,6 +250,7 @@ impl<M: Manager> PoolBuilder<M> {
             timeout_names: ["wait_timeout", "create_timeout", "recycle_timeout"],
             recycle: Recycle::Always,
             queue_mode: QueueMode::Lowest,
+            create_backoff: CreateBackoff::default(),
             hooks: Hooks::default(),
             settings: Settings::new(Duration::from_secs(600), Duration::from_secs(30)),
         }
@@ -188,6 +262,13 @@ impl<M: Manager> PoolBuilder<M> {
     /// Default: four per CPU core (as deadpool).
     pub fn max_size(mut self, max_size: usize) -> Self {
         self.max_size = max_size;
+        self
+    }
+
+    /// Pauses creations after failures in a row, so that an outage meets one connection
+    /// attempt per pause rather than one per caller; see [`CreateBackoff`] (on by default).
+    pub fn create_backoff(mut self, create_backoff: CreateBackoff) -> Self {
+        self.create_backoff = create_backoff;
         self
     }
 
@@ -332,7 +413,8 @@ impl<M: Manager> PoolBuilder<M> {
     /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
     /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`, `wait_timeout`,
     /// `create_timeout`, `recycle_timeout` (or field of `timeouts`), `idle_timeout` or
-    /// `reap_interval`.
+    /// `reap_interval`, or a back-off that is on with a zero pause
+    /// (`create_backoff.backoff`).
     pub fn build(self) -> Result<Pool<M>, ConfigError> {
         if self.max_size == 0 {
             return Err(ConfigError::Zero("max_size"));
@@ -351,6 +433,9 @@ impl<M: Manager> PoolBuilder<M> {
                 high: "max_size",
                 high_value: self.max_size as u64,
             });
+        }
+        if self.create_backoff.is_on() && self.create_backoff.backoff.is_zero() {
+            return Err(ConfigError::Zero("create_backoff.backoff"));
         }
         let [wait, create, recycle] = self.timeout_names;
         for (name, value) in [
@@ -384,6 +469,8 @@ impl<M: Manager> PoolBuilder<M> {
             reap_interval,
             maintained: reap_interval.is_some() || self.min_idle > 0,
             queue_mode: self.queue_mode,
+            backoff: self.create_backoff.is_on(),
+            backoff_fails_fast: self.create_backoff.fail_fast,
         };
         let max_size = self.max_size;
         let handle = Arc::new_cyclic(|handle| {
@@ -399,6 +486,11 @@ impl<M: Manager> PoolBuilder<M> {
                 handle: Weak::clone(handle),
                 max_size: AtomicUsize::new(max_size),
                 maintainer: OnceLock::new(),
+                backoff: Breaker::new(
+                    self.create_backoff.after_failures,
+                    nanos(self.create_backoff.backoff),
+                )
+                .jittered(),
             });
             if let Some(runtime) = &runtime {
                 shared.start_maintainer(runtime);
@@ -447,7 +539,9 @@ impl<M: Manager> PoolBuilder<M> {
     pub async fn build_eager(self) -> Result<Pool<M>, BuildError<M::Error>> {
         let pool = self.build()?;
         let wanted = pool.shared().config.min_idle.max(1);
-        pool.fill_or_close(wanted).await.map_err(BuildError::Create)?;
+        pool.fill_or_close(wanted)
+            .await
+            .map_err(BuildError::Create)?;
         Ok(pool)
     }
 }
@@ -461,6 +555,7 @@ impl<M: Manager> fmt::Debug for PoolBuilder<M> {
             .field("timeouts", &self.timeouts)
             .field("recycle", &self.recycle)
             .field("queue_mode", &self.queue_mode)
+            .field("create_backoff", &self.create_backoff)
             .field("hooks", &self.hooks)
             .field("settings", &self.settings)
             .finish_non_exhaustive()

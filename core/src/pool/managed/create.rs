@@ -38,16 +38,26 @@ pub(super) struct Creating<M: Manager> {
     lease: Option<Lease>,
     /// `Some` until the creation resolved (or moved off the caller).
     build: Option<Build<M>>,
+    /// Whether this creation is the create back-off's probe: its outcome, whatever ends it,
+    /// is reported (a probe that never reported would hold creations back for good).
+    probe: bool,
 }
 
 impl<M: Manager> Creating<M> {
-    /// The creation in `lease`'s slot, under the `create` deadline `timeout`.
-    pub(super) fn new(shared: Arc<Shared<M>>, lease: Lease, timeout: Option<Duration>) -> Self {
+    /// The creation in `lease`'s slot, under the `create` deadline `timeout`; `probe` if the
+    /// create back-off admitted it as its probe.
+    pub(super) fn new(
+        shared: Arc<Shared<M>>,
+        lease: Lease,
+        timeout: Option<Duration>,
+        probe: bool,
+    ) -> Self {
         let build: Build<M> = Box::pin(Contained::new(build(Arc::clone(&shared), timeout)));
         Creating {
             shared,
             lease: Some(lease),
             build: Some(build),
+            probe,
         }
     }
 }
@@ -109,11 +119,12 @@ pub(super) async fn build<M: Manager>(
 
 impl<M: Manager> Shared<M> {
     /// Ends a creation in `lease`'s slot: the object is occupied and returned, or the slot
-    /// retired and the failure counted.
+    /// retired and the failure counted; the create back-off hears how it went.
     fn created(
         &self,
         lease: Lease,
         built: Result<Result<Pooled<M>, PoolError<M::Error>>, Panic>,
+        probe: bool,
     ) -> Result<Object<M>, PoolError<M::Error>> {
         let built = built.unwrap_or_else(|panic| {
             // The build is contained as a whole; its own steps report their panics, so this
@@ -124,6 +135,7 @@ impl<M: Manager> Shared<M> {
                 panic,
             })
         });
+        self.creation_ended(built.as_ref().err(), probe);
         match built {
             Ok(pooled) => {
                 self.slots.occupy_born(&lease, pooled.anchor.created);
@@ -168,7 +180,7 @@ impl<M: Manager> Future for Creating<M> {
         let Some(lease) = this.lease.take() else {
             unreachable!("the lease is held until the creation resolves");
         };
-        Poll::Ready(this.shared.created(lease, built))
+        Poll::Ready(this.shared.created(lease, built, this.probe))
     }
 }
 
@@ -187,6 +199,7 @@ impl<M: Manager> Drop for Creating<M> {
             drop(build);
             shared.slots.retire(lease);
             shared.counters.create_failures.incr();
+            shared.creation_abandoned(self.probe);
             tracing::debug!("creation dropped with its caller (no runtime to finish it)");
             return;
         };
@@ -194,6 +207,7 @@ impl<M: Manager> Drop for Creating<M> {
         let orphan = Orphan {
             shared,
             lease: Some(lease),
+            probe: self.probe,
         };
         runtime.spawn(async move {
             let mut orphan = orphan;
@@ -208,6 +222,7 @@ impl<M: Manager> Drop for Creating<M> {
 struct Orphan<M: Manager> {
     shared: Arc<Shared<M>>,
     lease: Option<Lease>,
+    probe: bool,
 }
 
 impl<M: Manager> Orphan<M> {
@@ -216,7 +231,7 @@ impl<M: Manager> Orphan<M> {
             return;
         };
         let shared = &self.shared;
-        match shared.created(lease, built) {
+        match shared.created(lease, built, self.probe) {
             Ok(object) => {
                 shared.counters.created_off_caller.incr();
                 // Back to the pool: idle in its slot, or to the oldest waiter.
@@ -233,6 +248,7 @@ impl<M: Manager> Drop for Orphan<M> {
         if let Some(lease) = self.lease.take() {
             self.shared.slots.retire(lease);
             self.shared.counters.create_failures.incr();
+            self.shared.creation_abandoned(self.probe);
         }
     }
 }

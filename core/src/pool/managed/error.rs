@@ -113,6 +113,17 @@ pub enum PoolError<E: std::error::Error + 'static> {
     /// Nothing idle and no room to create ([`Pool::try_get`](super::Pool::try_get) only).
     #[error("no object available without waiting")]
     NoCapacity,
+    /// Nothing idle, and creations are paused: the last ones failed (the server is down or
+    /// refusing) and the pool's [`CreateBackoff`](super::CreateBackoff) holds new attempts
+    /// back for `retry_after` more. A `get` answers this at once when the back-off is set to
+    /// fail fast, when it cannot wait (`try_get`), or when the pause outlasts its wait
+    /// deadline; waiting past `retry_after` could help (an attempt is due then), waiting less
+    /// cannot, unless an object comes back meanwhile.
+    #[error("creating objects is paused after failures; the next attempt in {retry_after:?}")]
+    Unavailable {
+        /// How long until the next creation may be tried.
+        retry_after: Duration,
+    },
     /// User code panicked in `step` (caught and logged); the object involved was dropped and
     /// its room given back.
     #[error("user code panicked in step `{step}`: {panic}")]

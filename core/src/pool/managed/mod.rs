@@ -89,7 +89,14 @@
 //! * A failed or rejected **recycle** (the manager's `Err`, a hook's `Err`, a
 //!   `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
 //!   creates: it never fails the `get` by itself (a panic does: the caller learns of the bug).
-//! * A failed **create** gives its room back at once and fails the `get` that ran it.
+//! * A failed **create** gives its room back at once and fails the `get` that ran it. After
+//!   3 in a row (the default [`CreateBackoff`]), creations **pause** for up to 500 ms
+//!   (jittered): a `get` that needs one waits the pause out within its wait deadline, then
+//!   one `get` tries (the probe) while the others keep waiting; the probe's success ends the
+//!   pause, its failure starts another. A server that is down meets about one attempt per
+//!   pause, not one per caller. A `get` fails with [`PoolError::Unavailable`] `{ retry_after
+//!   }` instead of waiting when the pause outlasts its deadline, for `try_get`, or when the
+//!   back-off is set to fail fast. Idle objects are handed out as ever.
 //! * **Panics** of user code are caught where the pool calls it (never a second panic),
 //!   logged once and counted in [`Stats::panics`]. A panic in `create`, `recycle` or a hook
 //!   becomes [`PoolError::Panicked`] for the `get` that ran it; the object is dropped and
@@ -163,7 +170,7 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-pub use builder::{PoolBuilder, QueueMode, Recycle, Timeouts};
+pub use builder::{CreateBackoff, PoolBuilder, QueueMode, Recycle, Timeouts};
 pub use config::PoolConfig;
 pub use error::{AddError, BuildError, PoolError, Step};
 pub use manager::{
@@ -178,6 +185,7 @@ use manager::{run_hooks, Hooks};
 use stats::Counters;
 use time::{RecentClock, WaitClock};
 
+use crate::breaker::{Admission, Breaker};
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, Retired};
 use crate::panic::{catch, report, Panic};
@@ -226,6 +234,9 @@ struct Shared<M: Manager> {
     /// The background task (reaping, `min_idle`), once started: at build inside a tokio
     /// runtime, or else at the first creation inside one.
     maintainer: std::sync::OnceLock<tokio::task::AbortHandle>,
+    /// The create back-off: after consecutive failed creations, new ones wait (a breaker on
+    /// the pool's clock; threshold 0 when the back-off is off).
+    backoff: Breaker,
 }
 
 /// The checked settings (see the builder for each).
@@ -246,6 +257,10 @@ struct Config {
     maintained: bool,
     /// Which idle object a checkout takes.
     queue_mode: QueueMode,
+    /// Whether the create back-off is on.
+    backoff: bool,
+    /// Whether a `get` that finds creations paused fails at once.
+    backoff_fails_fast: bool,
 }
 
 /// What a slot holds: the object and its anchor (two words for a small object: a checkout
@@ -639,6 +654,7 @@ impl<M: Manager> Pool<M> {
             retained_out: c.retained_out.get(),
             detached: c.detached.get(),
             panics: c.panics.get(),
+            paused: c.paused.get(),
         }
     }
 
@@ -721,6 +737,8 @@ impl<M: Manager> Shared<M> {
     /// The whole `get`: a plain try first (the common case never builds the wait), then
     /// waiting (unless the mode says not to), then readying the object.
     async fn get(self: &Arc<Self>, mode: Mode<'_>) -> Result<Object<M>, PoolError<M::Error>> {
+        // When this `get` first found creations paused (its wait deadline runs from there).
+        let mut paused_since = None;
         loop {
             let checkout = match self.slots.try_checkout() {
                 Ok(checkout) => checkout,
@@ -767,10 +785,91 @@ impl<M: Manager> Shared<M> {
                 Checkout::Vacant { lease } => {
                     mode.enter(Step::Create);
                     self.ensure_maintainer();
+                    let probe = match self.admit_create() {
+                        Ok(probe) => probe,
+                        Err(retry_after) => {
+                            // Paused: the room goes back (to a waiter, or idle) and this
+                            // caller waits out the pause, or fails as the settings say.
+                            self.slots.retire(lease);
+                            self.pause(retry_after, mode, &mut paused_since).await?;
+                            continue;
+                        }
+                    };
                     let timeout = mode.timeouts(&self.config.timeouts).create;
-                    return Creating::new(Arc::clone(self), lease, timeout).await;
+                    return Creating::new(Arc::clone(self), lease, timeout, probe).await;
                 }
             }
+        }
+    }
+
+    /// Asks the create back-off whether a creation may start now: `Ok(true)` for its probe
+    /// (the first attempt after a pause), `Err(retry_after)` while creations are paused. One
+    /// load when the back-off is closed (no clock read); nothing when it is off.
+    fn admit_create(&self) -> Result<bool, Duration> {
+        if !self.config.backoff {
+            return Ok(false);
+        }
+        match self.backoff.admit(|| self.time.now()) {
+            Ok(admission) => Ok(admission == Admission::Probe),
+            Err(nanos) => {
+                self.counters.paused.incr();
+                Err(Duration::from_nanos(nanos))
+            }
+        }
+    }
+
+    /// A `get` found creations paused for `retry_after`: it fails with
+    /// [`PoolError::Unavailable`] when it may not wait (`try_get`, a back-off set to fail
+    /// fast) or when the pause outlasts what is left of its wait deadline (counted from
+    /// `since`, the first pause this `get` met); otherwise it sleeps until the pause ends and
+    /// tries again.
+    async fn pause(
+        &self,
+        retry_after: Duration,
+        mode: Mode<'_>,
+        since: &mut Option<tokio::time::Instant>,
+    ) -> Result<(), PoolError<M::Error>> {
+        let unavailable = PoolError::Unavailable { retry_after };
+        let wait = match mode {
+            Mode::NoWait => return Err(unavailable),
+            _ if self.config.backoff_fails_fast => return Err(unavailable),
+            Mode::Wait => self.config.timeouts.wait,
+            Mode::Given(timeouts) => timeouts.wait,
+            // The caller's own deadline (`get_timeout`) is kept around the whole `get`.
+            Mode::Tracked(_) => None,
+        };
+        let since = *since.get_or_insert_with(tokio::time::Instant::now);
+        if wait.is_some_and(|wait| wait.saturating_sub(since.elapsed()) < retry_after) {
+            return Err(unavailable);
+        }
+        mode.enter(Step::Wait);
+        tokio::time::sleep(retry_after).await;
+        Ok(())
+    }
+
+    /// A creation ended (`error` is why it failed, if it did): the create back-off hears it.
+    /// A creation whose `create` succeeded counts as a success even if a `post_create` hook
+    /// then rejected the object (the server answered).
+    fn creation_ended(&self, error: Option<&PoolError<M::Error>>, probe: bool) {
+        if !self.config.backoff {
+            return;
+        }
+        match error {
+            None
+            | Some(PoolError::PostCreateHook(_))
+            | Some(PoolError::Panicked {
+                step: Step::PostCreate,
+                ..
+            }) => self.backoff.on_success(),
+            Some(_) => self.backoff.on_failure(self.time.now(), probe),
+        }
+    }
+
+    /// A creation was dropped before it ended (no runtime to finish it on, or the runtime
+    /// shut down): a probe reports a failure, so that the back-off's next probe can start.
+    fn creation_abandoned(&self, probe: bool) {
+        if self.config.backoff && probe {
+            self.backoff.on_failure(self.time.now(), true);
         }
     }
 
@@ -1144,16 +1243,21 @@ impl<M: Manager> Shared<M> {
 
     /// Creates objects, one at a time, until `wanted` are idle or the pool is full or
     /// closed: how many it created, or the first failure with that count.
-    async fn fill(
-        self: &Arc<Self>,
-        wanted: usize,
-    ) -> Result<usize, (usize, PoolError<M::Error>)> {
+    async fn fill(self: &Arc<Self>, wanted: usize) -> Result<usize, (usize, PoolError<M::Error>)> {
         let mut created = 0;
         while self.slots.counts().idle < wanted {
             let Some(lease) = self.slots.try_open() else {
                 break;
             };
-            match Creating::new(Arc::clone(self), lease, self.config.timeouts.create).await {
+            // Admitted only with room in hand: a probe admitted then is sure to report.
+            let Ok(probe) = self.admit_create() else {
+                self.slots.retire(lease);
+                // Paused after failures: the next top-up (or reap pass) tries again.
+                tracing::debug!("creations paused by the create back-off; min_idle waits");
+                break;
+            };
+            let timeout = self.config.timeouts.create;
+            match Creating::new(Arc::clone(self), lease, timeout, probe).await {
                 // Dropped at once: it goes idle.
                 Ok(object) => {
                     drop(object);

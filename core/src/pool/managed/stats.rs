@@ -75,6 +75,11 @@ pub struct Stats {
     pub detached: u64,
     /// Panics of user code caught by the pool.
     pub panics: u64,
+    /// Times a creation was held back because creations are paused after failures (the
+    /// [`CreateBackoff`](super::CreateBackoff)): a `get` that then waited for the pause or
+    /// failed with [`PoolError::Unavailable`](super::PoolError::Unavailable), or a `min_idle`
+    /// top-up that stopped.
+    pub paused: u64,
 }
 
 /// The counters (cold paths; striped, see `crate::sync::Counter`).
@@ -93,6 +98,7 @@ pub(super) struct Counters {
     pub(super) retained_out: Counter,
     pub(super) detached: Counter,
     pub(super) panics: Counter,
+    pub(super) paused: Counter,
 }
 
 impl Counters {
@@ -112,6 +118,7 @@ impl Counters {
             retained_out: Counter::new(),
             detached: Counter::new(),
             panics: Counter::new(),
+            paused: Counter::new(),
         }
     }
 }
