@@ -323,3 +323,48 @@ fn a_probe_dropped_without_a_runtime_reports_and_the_next_pause_ends() {
     drop(object);
     f.assert_balanced();
 }
+
+/// A `min_idle` top-up that finds the pool full asks the back-off nothing: had it been
+/// admitted as the probe first, it would never create, never report, and creations would stay
+/// held back for good.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_top_up_with_no_room_takes_no_probe() {
+    let f = Fixture::with(2, |b| {
+        b.min_idle(1)
+            .reap_interval(None)
+            .create_backoff(CreateBackoff {
+                after_failures: 3,
+                backoff: SECOND,
+                fail_fast: true,
+            })
+    });
+    settle_until("prewarmed", || f.pool.status().available == 1).await;
+    let held = f.pool.get().await.unwrap();
+    settle_until("topped up", || f.pool.status().available == 1).await;
+    let idle = f.pool.get().await.unwrap();
+    three_failures_with_objects_out(&f).await;
+    f.time.advance(SECOND); // the pause is over: the next creation is the probe
+    drop(idle);
+    f.pool.resize(1).unwrap(); // full with `held` alone
+    assert_eq!(f.pool.status().size, 1);
+    assert_eq!(f.pool.prewarm().await, 0, "no room: nothing to create");
+    f.pool.resize(2).unwrap();
+    let probe = f.pool.try_get().await.expect("the probe was not taken");
+    drop((held, probe));
+    f.assert_balanced();
+}
+
+/// [`three_failures`] for a pool that holds objects already (its `get`s find room beside
+/// them).
+async fn three_failures_with_objects_out(f: &Fixture) {
+    f.script.creates(&[Act::Fail, Act::Fail, Act::Fail]);
+    let before = attempts(&f.pool);
+    for _ in 0..3 {
+        // Room for one more beside the two out? Not with max 2: resize for the failures.
+        f.pool.resize(3).unwrap();
+        let error = f.pool.get().await.expect_err("the creation fails");
+        assert!(matches!(error, PoolError::Create(Injected)), "{error}");
+        f.pool.resize(2).unwrap();
+    }
+    assert_eq!(attempts(&f.pool), before + 3);
+}
