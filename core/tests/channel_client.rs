@@ -254,9 +254,69 @@ async fn discard_frees_the_slot_and_the_channel() {
         0,
         "the channel share was released"
     );
+    // Its last client left it broken: the channel closed at once, not after the idle
+    // timeout, and the next client opens a new one (in the same, lowest, slot).
+    let channels = f.channels.stats();
+    assert_eq!(
+        (channels.channels, channels.broken, channels.reaps),
+        (0, 1, 0)
+    );
     let next = f.clients.try_acquire().await.unwrap();
-    assert_eq!(next.channel_id(), 0, "the idle channel is reused");
-    assert_eq!(f.clients.stats().created, 2);
+    assert_eq!(next.channel_id(), 0);
+    assert_eq!(
+        (f.clients.stats().created, f.channels.stats().opened),
+        (2, 2)
+    );
+}
+
+/// A broken client's channel stays open while other clients use it (new ones may join it);
+/// the release that leaves it empty closes it, without waiting for the idle timeout. A
+/// client returned (not discarded) never marks its channel.
+#[tokio::test]
+async fn a_broken_clients_channel_closes_when_its_last_client_leaves() {
+    let f = Fixture::new(3, None);
+    let broken = f.clients.acquire().await.unwrap();
+    let healthy = f.clients.acquire().await.unwrap();
+    assert_eq!((broken.channel_id(), healthy.channel_id()), (0, 0));
+    broken.discard();
+    assert_eq!(
+        f.channels.stats().channels,
+        1,
+        "the other client still uses it"
+    );
+    let joined = f.clients.acquire().await.unwrap();
+    assert_eq!(
+        joined.channel_id(),
+        0,
+        "a marked channel still takes clients"
+    );
+    drop(healthy); // idle in the client pool: its share of channel 0 stays
+    assert_eq!(f.channels.stats().channels, 1);
+    joined.discard();
+    // The idle client still holds its share: the channel stays until that client goes.
+    assert_eq!(f.channels.stats().channels, 1);
+    f.time.advance(IDLE);
+    assert_eq!(f.clients.reap(f.time.now()), 1);
+    let channels = f.channels.stats();
+    assert_eq!(
+        (channels.channels, channels.broken, channels.reaps),
+        (0, 1, 0),
+        "closed by the idle client's release, not by a channel reap"
+    );
+
+    // Healthy clients only: the channel is an ordinary idle one, kept for the timeout.
+    let a = f.clients.acquire().await.unwrap();
+    let b = f.clients.acquire().await.unwrap();
+    drop((a, b));
+    f.time.advance(IDLE);
+    assert_eq!(f.clients.reap(f.time.now()), 2);
+    assert_eq!(f.channels.stats().channels, 1, "not marked: kept");
+    assert_eq!(
+        f.channels.reap(f.time.now()),
+        1,
+        "closed by the idle timeout"
+    );
+    assert_eq!(f.channels.stats().broken, 1);
 }
 
 /// A failed build returns a typed, retry-safe error and frees the slot and the channel share.

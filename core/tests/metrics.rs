@@ -238,3 +238,24 @@ fn a_panicking_stats_callback_does_not_kill_the_exporter() {
         });
     });
 }
+
+/// The channel pool's counters, `broken` (channels closed because a client left them
+/// broken) among them, each under its exported name.
+#[test]
+fn channel_counters_are_exported_by_name() {
+    let stats = slotpool::channel::ChannelStats {
+        channels: 2,
+        clients: 5,
+        gets: 11,
+        opened: 4,
+        reaps: 1,
+        broken: 3,
+        panics: 0,
+    };
+    let capture = Capture::default();
+    metrics::with_local_recorder(&capture, || stats.export("edge"));
+    assert_eq!(capture.gauge("slotpool_channel_channels{pool=edge}"), 2.0);
+    assert_eq!(capture.counter("slotpool_channel_opened_total{pool=edge}"), 4);
+    assert_eq!(capture.counter("slotpool_channel_reaps_total{pool=edge}"), 1);
+    assert_eq!(capture.counter("slotpool_channel_broken_total{pool=edge}"), 3);
+}

@@ -20,7 +20,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use slotpool::exclusive::{CellState, CheckIn, Checkout, ExclusiveSlots};
-use slotpool::shared::{Joined, ShareState, SharedSlots};
+use slotpool::shared::{Joined, Left, ShareState, SharedSlots, MAX_STAMP};
 use slotpool::{Capacity, TryAcquireError};
 use slotpool_loom_tests::{model, waited};
 
@@ -373,4 +373,64 @@ fn channel_join_waits_for_the_claimers_publication() {
     reach
         .explored(2)
         .reached("the joiner reserved before the publication");
+}
+
+/// The channel pool's broken release racing a join: the broken client leaves with the mark
+/// (the largest stamp) and, finding no holder left, reaps marked channels; a joiner joins at
+/// the same time and later leaves normally, and whoever leaves a marked channel empty reaps
+/// it (`ChannelShared::released`). The joiner never gets a reaped channel (it keeps the
+/// marked one, or opens a new one after the reap), and at the end no marked channel is open:
+/// the mark closes the channel whichever release was last. Reached: the broken release
+/// closing it; the joiner's release closing it; the joiner opening a fresh channel.
+#[test]
+fn broken_release_vs_join() {
+    let released = |slots: &SharedSlots<u32>, left: Left| -> usize {
+        if left.holders == 0 && left.stamp == MAX_STAMP {
+            slots.reap(|stamp| stamp == MAX_STAMP).len()
+        } else {
+            0
+        }
+    };
+    let reach = model(move |reach| {
+        let slots = Arc::new(SharedSlots::<u32>::new(2).unwrap());
+        let Joined::Vacant(lease) = slots.join() else {
+            panic!("an empty table claims");
+        };
+        let broken = slots.open(lease, 7);
+        let joiner = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                let share = match slots.join() {
+                    Joined::Shared(share) => share,
+                    Joined::Vacant(lease) => slots.open(lease, 8),
+                };
+                let got = *share.value();
+                let left = slots.leave(share, 5);
+                (got, released(&slots, left))
+            })
+        };
+        let left = slots.leave(broken, MAX_STAMP);
+        let closed_by_broken = released(&slots, left);
+        let (got, closed_by_joiner) = joiner.join().unwrap();
+        match (got, closed_by_broken, closed_by_joiner) {
+            (7, 1, 0) => reach.hit("the broken release closed it"),
+            (7, 0, 1) => reach.hit("the joiner's release closed it"),
+            (8, 1, 0) => reach.hit("the joiner opened a fresh channel"),
+            other => {
+                panic!("a marked channel was handed out after its close, or stayed: {other:?}")
+            }
+        }
+        let counts = slots.counts();
+        assert_eq!(counts.holders, 0);
+        assert_eq!(
+            counts.open,
+            usize::from(got == 8),
+            "only an unmarked channel stays"
+        );
+    });
+    reach.explored(2).reached_all(&[
+        "the broken release closed it",
+        "the joiner's release closed it",
+        "the joiner opened a fresh channel",
+    ]);
 }

@@ -28,6 +28,18 @@
 //! so after a client reap, a channel reap at the same instant closes the channels that only
 //! idle clients were using: **nested reaping** needs no second wait.
 //!
+//! # Broken channels close at once
+//!
+//! A client pool that discards a broken client (its peer hung or failed: the tonic stream
+//! connector discards the client of a stream retired by a timeout) releases the client's
+//! channel as broken, which marks it: a marked channel is closed as soon as no client is on
+//! it, by the release that leaves it empty, not after the idle timeout, so a connection to a
+//! hung peer is not kept for reuse. Clients that still use it keep it (and new ones may
+//! join it) until then. The mark is the share word's stamp set to its reserved maximum
+//! ([`MAX_STAMP`]: the stamp only grows, so the mark stays until the channel closes); the
+//! close is an ordinary reap pass that takes marked channels, so a channel joined meanwhile
+//! is never closed under its new client.
+//!
 //! # Failure model
 //!
 //! [`ChannelConnector::connect_lazy`] is user code. A panic in it is caught where the pool
@@ -53,7 +65,7 @@ use tokio::runtime::Handle;
 use crate::error::{ConfigError, Reach};
 use crate::panic::{catch, report, Panic};
 use crate::pool::settings::{self, Names, Settings};
-use crate::shared::{Joined, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
+use crate::shared::{Joined, Left, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
 use crate::sync::{Arc, Counter};
 
 /// Creates channels. Implement it over your transport; the `tonic` integration implements
@@ -96,6 +108,9 @@ pub struct ChannelStats {
     pub opened: u64,
     /// Channels closed by the reaper.
     pub reaps: u64,
+    /// Channels closed at once because a client left them broken (see the module docs,
+    /// "Broken channels close at once"); not counted in `reaps`.
+    pub broken: u64,
     /// Connector calls that panicked.
     pub panics: u64,
 }
@@ -225,6 +240,7 @@ struct Counters {
     gets: Counter,
     opened: Counter,
     reaps: Counter,
+    broken: Counter,
     panics: Counter,
 }
 
@@ -234,19 +250,48 @@ impl Default for Counters {
             gets: Counter::new(),
             opened: Counter::new(),
             reaps: Counter::new(),
+            broken: Counter::new(),
             panics: Counter::new(),
         }
     }
 }
+
+/// The stamp of a channel a client left broken (the largest: stamps only grow, so the mark
+/// stays until the channel closes); every reap takes such a channel once no client is on it.
+const BROKEN: u64 = MAX_STAMP;
 
 fn ceil_ms(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 impl<C: ChannelConnector> ChannelShared<C> {
-    /// A release stamp: milliseconds since `base`, rounded **up** (never early).
+    /// A release stamp: milliseconds since `base`, rounded **up** (never early), and never
+    /// [`BROKEN`].
     fn stamp(&self, at: quanta::Instant) -> u64 {
-        ceil_ms(at.saturating_duration_since(self.base)).min(MAX_STAMP)
+        ceil_ms(at.saturating_duration_since(self.base)).min(BROKEN - 1)
+    }
+
+    /// After a release that left `left`: a channel marked broken with no client left is
+    /// closed now.
+    fn released(&self, left: Left) {
+        if left.holders == 0 && left.stamp == BROKEN {
+            self.reap_broken();
+        }
+    }
+
+    /// Closes the channels marked broken (stamp [`BROKEN`]) that no client holds.
+    fn reap_broken(&self) -> usize {
+        let reaped = self.slots.reap(|stamp| stamp == BROKEN);
+        let count = reaped.len();
+        if count > 0 {
+            self.counters.broken.add(count as u64);
+            tracing::debug!(
+                closed = count,
+                "closed channels their last client left broken"
+            );
+        }
+        crate::panic::drop_guarded(reaped);
+        count
     }
 
     fn reap(&self, now: quanta::Instant) -> usize {
@@ -257,7 +302,7 @@ impl<C: ChannelConnector> ChannelShared<C> {
         let timeout = self.timeout_ms;
         let reaped = self
             .slots
-            .reap(|stamp| now_ms.saturating_sub(stamp) >= timeout);
+            .reap(|stamp| stamp == BROKEN || now_ms.saturating_sub(stamp) >= timeout);
         let count = reaped.len();
         if count > 0 {
             self.counters.reaps.add(count as u64);
@@ -333,6 +378,7 @@ impl<C: ChannelConnector> ChannelPool<C> {
             gets: c.gets.get(),
             opened: c.opened.get(),
             reaps: c.reaps.get(),
+            broken: c.broken.get(),
             panics: c.panics.get(),
         }
     }
@@ -388,7 +434,18 @@ impl<C: ChannelConnector> ChannelGuard<C> {
     pub(crate) fn release_last_used(mut self, last_used: quanta::Instant) {
         if let Some(share) = self.share.take() {
             let stamp = self.shared.stamp(last_used);
-            self.shared.slots.leave(share, stamp);
+            let left = self.shared.slots.leave(share, stamp);
+            self.shared.released(left);
+        }
+    }
+
+    /// Releases the share of a client that was found broken, marking the channel: it closes
+    /// as soon as no client is on it, now if this was the last (see the module docs, "Broken
+    /// channels close at once").
+    pub(crate) fn release_broken(mut self) {
+        if let Some(share) = self.share.take() {
+            let left = self.shared.slots.leave(share, BROKEN);
+            self.shared.released(left);
         }
     }
 }
@@ -397,7 +454,8 @@ impl<C: ChannelConnector> Drop for ChannelGuard<C> {
     fn drop(&mut self) {
         if let Some(share) = self.share.take() {
             let stamp = self.shared.stamp(self.shared.clock.now());
-            self.shared.slots.leave(share, stamp);
+            let left = self.shared.slots.leave(share, stamp);
+            self.shared.released(left);
         }
     }
 }

@@ -365,7 +365,10 @@ impl Counters {
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
-        self.dispose(self.slots.reap(|_| true).map_values(|(pooled, _)| pooled));
+        self.dispose(
+            self.slots.reap(|_| true).map_values(|(pooled, _)| pooled),
+            false,
+        );
     }
 
     /// Drops clients the pool does not keep (closed or over its bound), releasing their
@@ -373,14 +376,18 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     /// client counts against the pool's bound until it is dropped (a retired one's room goes
     /// back when `clients`, a [`Retired`](crate::exclusive::Retired), is dropped after the
     /// loop).
-    fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>) {
+    fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>, broken: bool) {
         let now = self.time.clock.now();
         for pooled in clients {
             let Pooled {
                 client, channel, ..
             } = pooled;
             crate::panic::drop_guarded(client);
-            channel.release_last_used(now);
+            if broken {
+                channel.release_broken();
+            } else {
+                channel.release_last_used(now);
+            }
             self.counters.discards.incr();
         }
     }
@@ -707,7 +714,10 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientGuard<C, F> {
     }
 
     /// Drops the client (broken, say) instead of returning it: its slot and its channel
-    /// share are freed, and the next acquire builds a new client.
+    /// share are freed, and the next acquire builds a new client. The channel is released as
+    /// broken: if this was its last client, it is closed at once rather than kept for the
+    /// idle timeout (see [`ChannelPool`](crate::channel::ChannelPool), "Broken channels close
+    /// at once").
     pub fn discard(mut self) {
         self.discard_now();
     }
@@ -720,7 +730,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientGuard<C, F> {
 
     fn discard_parts(lease: Lease, pooled: Pooled<C, F>) {
         let anchor = Arc::clone(&pooled.anchor);
-        anchor.shared.dispose([pooled]);
+        anchor.shared.dispose([pooled], true);
         anchor.shared.slots.retire(lease);
     }
 }
@@ -756,7 +766,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
             CheckIn::Kept => {}
             // Closed (or over the bound) before or while we returned it: the clients that
             // came back are dropped here (module docs, Lifetimes).
-            CheckIn::Surplus(clients) | CheckIn::Trimmed(clients) => shared.dispose(clients),
+            CheckIn::Surplus(clients) | CheckIn::Trimmed(clients) => shared.dispose(clients, false),
         };
     }
 }

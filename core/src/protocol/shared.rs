@@ -58,6 +58,16 @@ pub const MAX_HOLDERS: u32 = (1 << 22) - 1;
 /// The largest stamp the share word holds (40 bits; in milliseconds that is 34 years).
 pub const MAX_STAMP: u64 = (1 << 40) - 1;
 
+/// What a [`SharedSlots::leave`] left behind: the holders still registered on the resource
+/// and the stamp recorded (the latest of its holders' last uses).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Left {
+    /// Holders still registered.
+    pub holders: u32,
+    /// The stamp now recorded.
+    pub stamp: u64,
+}
+
 // ---------------------------------------------------------------------------------------------
 // The share word
 // ---------------------------------------------------------------------------------------------
@@ -404,19 +414,22 @@ impl<T> SharedSlots<T> {
 
     /// Unregisters one holder, recording `stamp` (the caller's time of last use; clamped to
     /// [`MAX_STAMP`]) if it is later than the one recorded, then gives the table unit back.
-    pub fn leave(&self, share: Share<T>, stamp: u64) {
+    /// Returns what this leave left behind: the holders still registered and the stamp now
+    /// recorded (a snapshot: others may join right after).
+    pub fn leave(&self, share: Share<T>, stamp: u64) -> Left {
         let Share {
             reservation,
             incarnation,
         } = share;
         // Drop our reference first, so the reaper's is normally the last one.
         drop(incarnation);
-        self.unregister(reservation.index(), stamp.min(MAX_STAMP));
+        let left = self.unregister(reservation.index(), stamp.min(MAX_STAMP));
         self.table.release(reservation);
+        left
     }
 
-    fn unregister(&self, index: usize, stamp: u64) {
-        self.table.with_slot(index, |slot| {
+    fn unregister(&self, index: usize, stamp: u64) -> Left {
+        let left = self.table.with_slot(index, |slot| {
             let cell = slot.data();
             let mut current = ShareWord(cell.word.load(Ordering::SeqCst));
             loop {
@@ -434,13 +447,20 @@ impl<T> SharedSlots<T> {
                     Ordering::SeqCst,
                     Ordering::SeqCst,
                 ) {
-                    Ok(_) => return,
+                    Ok(_) => {
+                        return Left {
+                            holders: next.holders(),
+                            stamp: next.stamp(),
+                        }
+                    }
                     // Other holders register and leave concurrently (a reaper cannot win while
                     // we hold): retry with their word.
                     Err(actual) => current = ShareWord(actual),
                 }
             }
         });
+        // No such slot: a leave without a registration (a bug the debug assertion names).
+        left.unwrap_or_default()
     }
 
     /// One reaper pass: retires every open resource with no holders whose stamp `expired`
