@@ -9,7 +9,14 @@
 //! ```text
 //! cargo run --release -p slotpool-bench [-- --quick|--smoke] [--json PATH] [--svg PATH] [--only PREFIX]
 //! cargo run --release -p slotpool-bench -- --scaling [--workers 1,2,4,8,16]
+//! cargo run --release -p slotpool-bench -- --faults [--quick] [--json PATH] [--only PREFIX]
 //! ```
+//!
+//! `--faults` runs the fault bench instead (`slotpool_bench::faults`): the PostgreSQL pools
+//! under a restart, terminated backends, an outage, a blackhole and slow queries, against a
+//! server of its own; a table of failures, late callers, leaks, recovery times and connection
+//! attempts, and the records as JSON (default `target/slotpool-bench/faults.json`). It fails
+//! when slotpool's pool leaks in any scenario.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,11 +24,12 @@ use std::process::ExitCode;
 use slotpool_bench::cases::{
     client, e2e, keyed, managed, postgres, scaling, session, stream, stream_depth1,
 };
+use slotpool_bench::faults;
 use slotpool_bench::report::{self, run_cases, Case, Record, Settings};
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
-                      [--repeats N] [--scaling [--workers LIST]]
+                      [--repeats N] [--scaling [--workers LIST]] [--faults]
 
   --quick         fewer repeats and operations (about 20 s)
   --smoke         proves every case runs; measures nothing worth reading
@@ -32,6 +40,8 @@ usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PRE
   --scaling       run the contended cases at several worker counts instead (for a machine
                   with many cores; default JSON results-scaling.json)
   --workers LIST  worker counts for --scaling, comma-separated (default 1,2,4,8,16)
+  --faults        run the PostgreSQL fault scenarios instead (faults/postgres-*; about
+                  two minutes, one with --quick; default JSON faults.json)
   -h, --help      this message";
 
 struct Args {
@@ -41,6 +51,7 @@ struct Args {
     svg: PathBuf,
     only: Option<String>,
     scaling: Option<Vec<usize>>,
+    faults: bool,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
@@ -51,6 +62,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         svg: default_dir().join("ratios.svg"),
         only: None,
         scaling: None,
+        faults: false,
     };
     let mut json_given = false;
     let mut repeats: Option<usize> = None;
@@ -69,6 +81,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
                 _ => return Err("--repeats needs a whole number of at least 1".into()),
             },
             "--scaling" => parsed.scaling = Some(scaling::WORKERS.to_vec()),
+            "--faults" => parsed.faults = true,
             "--workers" => workers = Some(worker_list(&value("--workers")?)?),
             "--svg" => parsed.svg = PathBuf::from(value("--svg")?),
             "--only" => parsed.only = Some(value("--only")?),
@@ -86,8 +99,14 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         (None, Some(_)) => return Err("--workers needs --scaling".into()),
         _ => {}
     }
+    if parsed.scaling.is_some() && parsed.faults {
+        return Err("--scaling and --faults are separate runs".into());
+    }
     if parsed.scaling.is_some() && !json_given {
         parsed.json = default_dir().join("results-scaling.json");
+    }
+    if parsed.faults && !json_given {
+        parsed.json = default_dir().join("faults.json");
     }
     Ok(Some(parsed))
 }
@@ -117,6 +136,59 @@ fn group_wanted(only: Option<&str>, group: &str) -> bool {
     only.is_none_or(|p| group.starts_with(p) || p.starts_with(group))
 }
 
+/// `--faults`: every fault scenario `wanted` accepts, its table and JSON; fails when
+/// slotpool's pool leaked.
+fn run_faults(args: &Args, wanted: impl Fn(&str) -> bool) -> ExitCode {
+    let timing = if args.mode == "full" {
+        faults::Timing::full()
+    } else {
+        faults::Timing::quick()
+    };
+    println!(
+        "slotpool-bench: faults, {} run ({:?} before each fault, {:?} after)",
+        args.mode, timing.pre, timing.post
+    );
+    let started = std::time::Instant::now();
+    let records = match faults::compare(&timing, wanted) {
+        Ok(records) => records,
+        Err(reason) => {
+            println!("faults/*: skipped: {reason}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    if records.is_empty() {
+        eprintln!(
+            "slotpool-bench: no fault case matches {:?}",
+            args.only.as_deref().unwrap_or("")
+        );
+        return ExitCode::from(2);
+    }
+    print!("\n{}", faults::table(&records));
+    println!("total {:.1} s", started.elapsed().as_secs_f64());
+    if let Err(error) = faults::write_json(&args.json, &records) {
+        eprintln!(
+            "slotpool-bench: cannot write {}: {error}",
+            args.json.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("results: {}", args.json.display());
+    let leaks: Vec<&str> = records
+        .iter()
+        .filter(|r| r.impl_name == faults::Impl::Slotpool.name() && r.leaked > 0)
+        .map(|r| r.case.as_str())
+        .collect();
+    if leaks.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "slotpool-bench: slotpool's pool leaked in {}",
+            leaks.join(", ")
+        );
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse(std::env::args().skip(1)) {
         Ok(Some(args)) => args,
@@ -131,6 +203,9 @@ fn main() -> ExitCode {
     };
     let only = args.only.as_deref();
     let wanted = |case: &str| only.is_none_or(|p| case.starts_with(p));
+    if args.faults {
+        return run_faults(&args, wanted);
+    }
     let settings = args.settings;
     println!(
         "slotpool-bench: {} run ({} repeats, ops scale {}), medians of interleaved repeats",
