@@ -35,11 +35,13 @@ fn follow(time: &MockTime) -> JoinHandle<()> {
     })
 }
 
-/// A pool of `max_size` whose back-off opens after 3 failures for up to `backoff`.
+/// A pool of `max_size` whose back-off opens after 3 failures for up to `backoff`, every
+/// pause as long (no growth).
 fn fixture(max_size: usize, backoff: Duration, fail_fast: bool) -> Fixture {
     Fixture::with(max_size, |b| {
         b.create_backoff(CreateBackoff {
             after_failures: 3,
+            first: backoff,
             backoff,
             fail_fast,
         })
@@ -152,6 +154,7 @@ async fn a_pause_past_the_wait_deadline_fails_at_once() {
         b.wait_timeout(Some(100 * MS))
             .create_backoff(CreateBackoff {
                 after_failures: 3,
+                first: SECOND,
                 backoff: SECOND,
                 fail_fast: false,
             })
@@ -242,43 +245,115 @@ async fn off_never_pauses() {
     f.assert_balanced();
 }
 
-/// The default is on (3 failures, up to 500 ms, callers wait), and a zero pause is refused
-/// by its name.
+/// The default is on (3 failures, pauses from 25 ms doubling to 500 ms, callers wait), and a
+/// zero first pause or one longer than the longest is refused by its name.
 #[test]
-fn the_default_is_on_and_a_zero_pause_is_refused() {
+fn the_default_is_on_and_bad_pauses_are_refused_by_name() {
     let default = CreateBackoff::default();
     assert_eq!(
         default,
         CreateBackoff {
             after_failures: 3,
+            first: Duration::from_millis(25),
             backoff: Duration::from_millis(500),
             fail_fast: false,
         }
     );
     assert!(default.is_on() && !CreateBackoff::off().is_on());
-    let refused = Pool::builder(Scripted::new())
+    let zero = Pool::builder(Scripted::new())
         .create_backoff(CreateBackoff {
-            backoff: Duration::ZERO,
+            first: Duration::ZERO,
             ..CreateBackoff::default()
         })
         .build();
     assert!(matches!(
-        common::build_error(refused),
-        ConfigError::Zero("create_backoff.backoff")
+        common::build_error(zero),
+        ConfigError::Zero("create_backoff.first")
     ));
+    let inverted = Pool::builder(Scripted::new())
+        .create_backoff(CreateBackoff {
+            first: SECOND,
+            backoff: SECOND / 2,
+            ..CreateBackoff::default()
+        })
+        .build();
+    assert!(matches!(
+        common::build_error(inverted),
+        ConfigError::Inverted {
+            low: "create_backoff.first",
+            high: "create_backoff.backoff",
+            ..
+        }
+    ));
+    // Off, the pauses are not checked.
+    assert!(Pool::builder(Scripted::new())
+        .create_backoff(CreateBackoff::off())
+        .build()
+        .is_ok());
 }
 
-/// What a `get` that must create meets by default: the third failure in a row pauses, and
-/// the fourth `get` waits (it does not fail) until the pause ends.
+/// Each failed probe doubles the pause, up to the longest; a success starts over at the
+/// first. With `fail_fast`, `retry_after` says each pause's length.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn by_default_callers_wait_the_pause_out() {
+async fn pauses_double_after_failed_probes_and_start_over_after_a_success() {
+    let f = Fixture::with(4, |b| {
+        b.create_backoff(CreateBackoff {
+            after_failures: 3,
+            first: 100 * MS,
+            backoff: 400 * MS,
+            fail_fast: true,
+        })
+    });
+    let clock = follow(&f.time);
+    let pause = || async {
+        match f.pool.get().await {
+            Err(PoolError::Unavailable { retry_after }) => retry_after,
+            other => panic!("paused, got {:?}", other.map(|o| o.id)),
+        }
+    };
+    three_failures(&f).await;
+    let mut lengths = Vec::new();
+    for _ in 0..4 {
+        let length = pause().await;
+        lengths.push(length);
+        tokio::time::sleep(length + 2 * MS).await;
+        f.script.creates(&[Act::Fail]);
+        assert!(
+            matches!(f.pool.get().await, Err(PoolError::Create(Injected))),
+            "the probe fails"
+        );
+    }
+    // Each pause is between half its length and all of it: 100, 200, 400, 400.
+    for (length, full) in lengths.iter().zip([100, 200, 400, 400]) {
+        let full = full * MS;
+        assert!(
+            *length > full / 2 - 2 * MS && *length <= full,
+            "{lengths:?}"
+        );
+    }
+    let length = pause().await;
+    tokio::time::sleep(length + 2 * MS).await;
+    let held = f.pool.get().await.expect("the probe succeeds");
+    three_failures(&f).await; // beside the object held: each creates
+    let length = pause().await;
+    assert!(length <= 100 * MS, "started over: {length:?}");
+    drop(held);
+    clock.abort();
+    f.assert_balanced();
+}
+
+/// What a `get` that must create meets by default: the third failure in a row pauses
+/// creations for the first pause (25 ms, jittered down to no less than half), and the fourth
+/// `get` waits it out (it does not fail).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn by_default_callers_wait_the_first_short_pause_out() {
     let f = Fixture::with(2, |b| b.create_backoff(CreateBackoff::default()));
     let clock = follow(&f.time);
     three_failures(&f).await;
     let start = Instant::now();
     let object = f.pool.get().await.expect("waited out");
     let took = start.elapsed();
-    assert!(took >= 250 * MS && took <= 500 * MS + 5 * MS, "{took:?}");
+    assert!(took >= 12 * MS && took <= 25 * MS + 5 * MS, "{took:?}");
     // Paused at least once (again, briefly, if the pool's clock had not quite reached the
     // pause's end when the sleep did).
     assert!(f.pool.stats().paused >= 1);
@@ -334,6 +409,7 @@ async fn a_top_up_with_no_room_takes_no_probe() {
             .reap_interval(None)
             .create_backoff(CreateBackoff {
                 after_failures: 3,
+                first: SECOND,
                 backoff: SECOND,
                 fail_fast: true,
             })

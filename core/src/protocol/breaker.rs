@@ -20,7 +20,12 @@
 //! Time is whatever nanosecond base the owner passes in (the pools use their injected
 //! `quanta::Clock`), so tests and loom drive it without sleeping.
 //!
-//! **Jitter** ([`Breaker::jittered`]): each opening lasts between half the backoff and the
+//! **Growing backoff** ([`Breaker::growing`]): the first opening lasts `first`, and each
+//! failed probe after it doubles the length, up to the backoff; a success starts over. A
+//! short first pause lets a peer that restarts in a moment be found at once, and the growth
+//! keeps a long outage at a handful of attempts.
+//!
+//! **Jitter** ([`Breaker::jittered`]): each opening lasts between half its length and the
 //! whole of it, spread by a hash of the time it opened, so that pools that saw the same
 //! outage at the same moment do not all probe the recovering peer together. No random
 //! number generator and no shared state: the same opening time gives the same length.
@@ -59,8 +64,10 @@ pub enum Admission {
 pub struct Breaker {
     /// Consecutive failures that open the breaker; 0 disables it.
     threshold: u32,
-    /// How long it stays open, in the owner's nanoseconds.
+    /// The longest it stays open, in the owner's nanoseconds.
     backoff: u64,
+    /// How long the first opening after a success lasts (the backoff unless growing).
+    first: u64,
     /// Failures since the last success.
     failures: AtomicU64,
     /// `until << 2 | state`. INVARIANT: `until` is meaningful only in `OPEN`.
@@ -76,6 +83,7 @@ impl Breaker {
         Self {
             threshold,
             backoff: backoff_nanos,
+            first: backoff_nanos,
             failures: AtomicU64::new(0),
             word: AtomicU64::new(CLOSED),
             jitter: false,
@@ -90,18 +98,34 @@ impl Breaker {
         self
     }
 
-    /// How long an opening at `now` lasts.
-    fn backoff_at(&self, now: u64) -> u64 {
+    /// This breaker with a growing backoff: the first opening after a success lasts
+    /// `first_nanos` (at most the backoff), each later one twice the one before, up to the
+    /// backoff (see the [module documentation](self)).
+    #[must_use]
+    pub fn growing(mut self, first_nanos: u64) -> Self {
+        self.first = first_nanos.clamp(1, self.backoff.max(1));
+        self
+    }
+
+    /// How long an opening at `now` lasts, after `failures` consecutive failures: `first`
+    /// doubled for each failure past the threshold, capped at the backoff, then jittered.
+    fn backoff_at(&self, now: u64, failures: u64) -> u64 {
+        let doublings = failures.saturating_sub(u64::from(self.threshold)).min(63);
+        let length = self
+            .first
+            .checked_shl(doublings as u32)
+            .filter(|&l| l >> doublings == self.first)
+            .map_or(self.backoff, |l| l.min(self.backoff));
         if !self.jitter {
-            return self.backoff;
+            return length;
         }
         // splitmix64's finaliser: every bit of `now` moves every bit of the spread.
         let mut x = now.wrapping_add(0x9E37_79B9_7F4A_7C15);
         x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         x ^= x >> 31;
-        let half = self.backoff / 2;
-        self.backoff - x % (half + 1)
+        let half = length / 2;
+        length - x % (half + 1)
     }
 
     /// The longest an opening lasts (the backoff), in the owner's nanoseconds.
@@ -141,7 +165,8 @@ impl Breaker {
                         Err(actual) => word = actual,
                     }
                 }
-                _ => return Err(self.backoff),
+                // A probe is out: ask again soon (its outcome may end the pause).
+                _ => return Err(self.first),
             }
         }
     }
@@ -162,7 +187,7 @@ impl Breaker {
             return;
         }
         if probe || failures >= u64::from(self.threshold) {
-            let backoff = self.backoff_at(now);
+            let backoff = self.backoff_at(now, failures);
             let until = now.saturating_add(backoff).min(u64::MAX >> 2);
             if self.word.swap(until << 2 | OPEN, Ordering::AcqRel) & STATE_MASK != OPEN {
                 tracing::warn!(
@@ -197,7 +222,7 @@ mod tests {
         let plain = Breaker::new(1, backoff);
         let jittered = Breaker::new(1, backoff).jittered();
         let lengths: Vec<u64> = (0..1000u64)
-            .map(|i| jittered.backoff_at(i * 7_919_113))
+            .map(|i| jittered.backoff_at(i * 7_919_113, 1))
             .collect();
         assert!(lengths
             .iter()
@@ -211,12 +236,51 @@ mod tests {
             low.len(),
             high.len()
         );
-        assert!((0..100).all(|i| plain.backoff_at(i) == backoff));
+        assert!((0..100).all(|i| plain.backoff_at(i, 1 + i % 5) == backoff));
 
         // Opened at 5: half-open at its jittered end, not before.
         jittered.on_failure(5, false);
-        let end = 5 + jittered.backoff_at(5);
+        let end = 5 + jittered.backoff_at(5, 1);
         assert_eq!(jittered.admit(|| end - 1), Err(1));
         assert_eq!(jittered.admit(|| end), Ok(Admission::Probe));
+    }
+
+    /// A growing backoff starts at `first`, doubles with each failure past the threshold up
+    /// to the backoff, and starts over after a success.
+    #[test]
+    fn a_growing_backoff_doubles_up_to_the_backoff_and_starts_over() {
+        let breaker = Breaker::new(3, 1_000).growing(100);
+        let lengths: Vec<u64> = (3..9)
+            .map(|failures| breaker.backoff_at(0, failures))
+            .collect();
+        assert_eq!(lengths, [100, 200, 400, 800, 1_000, 1_000]);
+        assert_eq!(breaker.backoff_at(0, u64::MAX), 1_000, "no overflow");
+
+        for _ in 0..3 {
+            breaker.on_failure(0, false);
+        }
+        assert_eq!(breaker.admit(|| 99), Err(1));
+        assert_eq!(breaker.admit(|| 100), Ok(Admission::Probe));
+        assert_eq!(
+            breaker.admit(|| 100),
+            Err(100),
+            "a probe is out: ask again soon"
+        );
+        breaker.on_failure(100, true);
+        assert_eq!(
+            breaker.admit(|| 299),
+            Err(1),
+            "the second opening lasts 200"
+        );
+        assert_eq!(breaker.admit(|| 300), Ok(Admission::Probe));
+        breaker.on_success();
+        for _ in 0..3 {
+            breaker.on_failure(1_000, false);
+        }
+        assert_eq!(
+            breaker.admit(|| 1_099),
+            Err(1),
+            "after a success: 100 again"
+        );
     }
 }

@@ -148,12 +148,14 @@ impl QueueMode {
 
 /// The create back-off: [`PoolBuilder::create_backoff`]. After `after_failures` creations in
 /// a row have failed (the manager's error, a create timeout or a panic in `create`: the
-/// server is down or refusing), new creations pause for up to `backoff`; then one `get`
-/// tries (the probe) while the others keep waiting, and its success ends the pause (a
-/// failure starts another). Each pause lasts between half of `backoff` and all of it,
+/// server is down or refusing), new creations pause; then one `get` tries (the probe) while
+/// the others keep waiting, and its success ends the pause (a failure starts another). The
+/// first pause lasts `first`, each one after a failed probe twice the one before, up to
+/// `backoff`; a success starts over. Each lasts between half of its length and all of it,
 /// spread by the time it started, so that pools that met the same outage do not all come
-/// back at once. So a pool makes about one connection attempt per pause while the server is
-/// down, however many callers ask, instead of one per caller.
+/// back at once. So a server that restarts in a moment is found again at once, and one that
+/// stays down meets a handful of connection attempts however many callers ask, instead of
+/// one per caller.
 ///
 /// A `get` that needs a new object while creations are paused gives its room back (to a
 /// waiter, or for an object that comes back) and sleeps until the pause ends, then tries
@@ -163,7 +165,8 @@ impl QueueMode {
 /// waiting its deadline out. Idle objects are handed out as ever: only creations pause.
 /// [`Stats::paused`](super::Stats::paused) counts the creations held back.
 ///
-/// On by default: 3 failures in a row, a pause of up to 500 ms, callers wait.
+/// On by default: 3 failures in a row, pauses from 25 ms doubling up to 500 ms, callers
+/// wait.
 /// [`CreateBackoff::off`] turns it off (every `get` that finds room creates, as deadpool and
 /// bb8 do).
 ///
@@ -177,13 +180,17 @@ impl QueueMode {
 ///     ..CreateBackoff::default()
 /// };
 /// assert_eq!(backoff.after_failures, 3);
+/// assert_eq!(backoff.first, Duration::from_millis(25));
 /// assert_eq!(CreateBackoff::off().after_failures, 0);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateBackoff {
     /// Creations failed in a row that start a pause; 0 turns the back-off off.
     pub after_failures: u32,
-    /// The longest a pause lasts (each lasts between half of it and all of it).
+    /// How long the first pause after a success lasts (each later one twice the one before).
+    pub first: Duration,
+    /// The longest a pause lasts. (Each pause lasts between half of its length and all of
+    /// it.)
     pub backoff: Duration,
     /// Whether a `get` that needs a creation during a pause fails at once with
     /// `PoolError::Unavailable` rather than waiting for the pause to end.
@@ -195,6 +202,7 @@ impl CreateBackoff {
     pub const fn off() -> Self {
         CreateBackoff {
             after_failures: 0,
+            first: Duration::ZERO,
             backoff: Duration::ZERO,
             fail_fast: false,
         }
@@ -207,10 +215,11 @@ impl CreateBackoff {
 }
 
 impl Default for CreateBackoff {
-    /// 3 failures in a row, pauses of up to 500 ms, callers wait.
+    /// 3 failures in a row, pauses from 25 ms doubling up to 500 ms, callers wait.
     fn default() -> Self {
         CreateBackoff {
             after_failures: 3,
+            first: Duration::from_millis(25),
             backoff: Duration::from_millis(500),
             fail_fast: false,
         }
@@ -413,8 +422,8 @@ impl<M: Manager> PoolBuilder<M> {
     /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
     /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`, `wait_timeout`,
     /// `create_timeout`, `recycle_timeout` (or field of `timeouts`), `idle_timeout` or
-    /// `reap_interval`, or a back-off that is on with a zero pause
-    /// (`create_backoff.backoff`).
+    /// `reap_interval`, or a back-off that is on with a zero first pause
+    /// (`create_backoff.first`) or one longer than its longest (`create_backoff.backoff`).
     pub fn build(self) -> Result<Pool<M>, ConfigError> {
         if self.max_size == 0 {
             return Err(ConfigError::Zero("max_size"));
@@ -434,8 +443,19 @@ impl<M: Manager> PoolBuilder<M> {
                 high_value: self.max_size as u64,
             });
         }
-        if self.create_backoff.is_on() && self.create_backoff.backoff.is_zero() {
-            return Err(ConfigError::Zero("create_backoff.backoff"));
+        let backoff = self.create_backoff;
+        if backoff.is_on() {
+            if backoff.first.is_zero() {
+                return Err(ConfigError::Zero("create_backoff.first"));
+            }
+            if backoff.first > backoff.backoff {
+                return Err(ConfigError::Inverted {
+                    low: "create_backoff.first",
+                    low_value: nanos(backoff.first),
+                    high: "create_backoff.backoff",
+                    high_value: nanos(backoff.backoff),
+                });
+            }
         }
         let [wait, create, recycle] = self.timeout_names;
         for (name, value) in [
@@ -490,6 +510,7 @@ impl<M: Manager> PoolBuilder<M> {
                     self.create_backoff.after_failures,
                     nanos(self.create_backoff.backoff),
                 )
+                .growing(nanos(self.create_backoff.first))
                 .jittered(),
             });
             if let Some(runtime) = &runtime {
