@@ -237,6 +237,22 @@ mod tests {
             high.len()
         );
         assert!((0..100).all(|i| plain.backoff_at(i, 1 + i % 5) == backoff));
+        // Spread evenly: openings a millisecond apart (pools that met one outage) land in
+        // every eighth of the range, none with more than twice its share, and nearly all
+        // apart from each other.
+        let ms: Vec<u64> = (0..800u64)
+            .map(|i| jittered.backoff_at(1_000_000_000 + i * 1_000_000, 1))
+            .collect();
+        let mut buckets = [0usize; 8];
+        for &l in &ms {
+            let bucket = ((l - backoff / 2) * 8 / (backoff / 2 + 1)) as usize;
+            buckets[bucket] += 1;
+        }
+        assert!(buckets.iter().all(|&n| (50..=200).contains(&n)), "{buckets:?}");
+        let mut distinct = ms.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 750, "{} distinct of 800", distinct.len());
 
         // Opened at 5: half-open at its jittered end, not before.
         jittered.on_failure(5, false);
