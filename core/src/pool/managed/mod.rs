@@ -90,8 +90,8 @@
 //!   `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
 //!   creates: it never fails the `get` by itself (a panic does: the caller learns of the bug).
 //! * A failed **create** gives its room back at once and fails the `get` that ran it. After
-//!   3 in a row (the default [`CreateBackoff`]), creations **pause**, first for 25 ms,
-//!   doubling with each failed probe up to 500 ms (jittered): a `get` that needs one waits
+//!   3 in a row (the default [`CreateBackoff`]), creations **pause**, first for 10 ms,
+//!   doubling with each failed probe up to 80 ms (jittered): a `get` that needs one waits
 //!   the pause out within its wait deadline, then one `get` tries (the probe) while the
 //!   others keep waiting; the probe's success ends the pause, its failure starts a longer
 //!   one. A server that is down meets one attempt per pause, not one per caller. A `get` fails with [`PoolError::Unavailable`] `{ retry_after
