@@ -255,7 +255,16 @@ fn channel_counters_are_exported_by_name() {
     let capture = Capture::default();
     metrics::with_local_recorder(&capture, || stats.export("edge"));
     assert_eq!(capture.gauge("slotpool_channel_channels{pool=edge}"), 2.0);
-    assert_eq!(capture.counter("slotpool_channel_opened_total{pool=edge}"), 4);
-    assert_eq!(capture.counter("slotpool_channel_reaps_total{pool=edge}"), 1);
-    assert_eq!(capture.counter("slotpool_channel_broken_total{pool=edge}"), 3);
+    assert_eq!(
+        capture.counter("slotpool_channel_opened_total{pool=edge}"),
+        4
+    );
+    assert_eq!(
+        capture.counter("slotpool_channel_reaps_total{pool=edge}"),
+        1
+    );
+    assert_eq!(
+        capture.counter("slotpool_channel_broken_total{pool=edge}"),
+        3
+    );
 }

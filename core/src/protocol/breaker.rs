@@ -248,7 +248,10 @@ mod tests {
             let bucket = ((l - backoff / 2) * 8 / (backoff / 2 + 1)) as usize;
             buckets[bucket] += 1;
         }
-        assert!(buckets.iter().all(|&n| (50..=200).contains(&n)), "{buckets:?}");
+        assert!(
+            buckets.iter().all(|&n| (50..=200).contains(&n)),
+            "{buckets:?}"
+        );
         let mut distinct = ms.clone();
         distinct.sort_unstable();
         distinct.dedup();
