@@ -319,6 +319,23 @@ async fn a_broken_clients_channel_closes_when_its_last_client_leaves() {
     assert_eq!(f.channels.stats().broken, 1);
 }
 
+/// Only a broken release marks a channel: an ordinary release at the end of the stamps'
+/// range (2^40 ms of the pool's clock, some 35 years) is clamped below the mark, so the
+/// channel stays.
+#[tokio::test]
+async fn a_release_at_the_end_of_the_stamps_range_does_not_mark_the_channel() {
+    let f = Fixture::new(2, None);
+    f.time.advance(Duration::from_millis(1 << 40));
+    let guard = f.channels.get().unwrap();
+    drop(guard);
+    let stats = f.channels.stats();
+    assert_eq!(
+        (stats.channels, stats.broken),
+        (1, 0),
+        "kept: not marked broken"
+    );
+}
+
 /// A failed build returns a typed, retry-safe error and frees the slot and the channel share.
 #[tokio::test]
 async fn make_failure_frees_capacity() {
