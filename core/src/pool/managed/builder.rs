@@ -166,8 +166,9 @@ impl QueueMode {
 /// [`Stats::paused`](super::Stats::paused) counts the creations held back.
 ///
 /// On by default: 3 failures in a row, pauses from 10 ms doubling up to 80 ms, callers
-/// wait: a pool finds a server that came back within about 80 ms of its return, and makes
-/// about 15 connection attempts a second while it is down, however many callers ask.
+/// wait: a pool tries a server that came back within one pause (at most 80 ms) of its
+/// return, and makes one connection attempt per pause while it is down, however many
+/// callers ask (71 attempts in the fault bench's 3 s outage, in one run).
 /// [`CreateBackoff::off`] turns it off (every `get` that finds room creates, as deadpool and
 /// bb8 do).
 ///
