@@ -89,6 +89,58 @@ async fn hot_acquire_returns_the_same_connection() {
     assert_balanced(&pool, &counts);
 }
 
+/// Both key hashings run the whole protocol: the default is the fast hash, SipHash is chosen
+/// by the builder, and with either every session is established once, found hot again, and
+/// released on its own.
+#[tokio::test]
+async fn either_key_hashing_serves_sessions() {
+    use slotpool::session::KeyHashing;
+    for (setting, expected) in [
+        (None, KeyHashing::Fast),
+        (Some(KeyHashing::Fast), KeyHashing::Fast),
+        (Some(KeyHashing::SipHash), KeyHashing::SipHash),
+    ] {
+        let (fake, counts) = fake();
+        let builder = SessionPool::builder(fake).pool_size(64).reap_every(None);
+        let builder = match setting {
+            Some(hashing) => builder.key_hashing(hashing),
+            None => builder,
+        };
+        let pool = builder.build().expect("valid configuration");
+        assert_eq!(pool.key_hashing(), expected);
+        let ids: Vec<String> = (0..64).map(|i| format!("session-{i}")).collect();
+        let mut first = Vec::new();
+        for id in &ids {
+            first.push(pool.acquire(id, &ctx()).await.unwrap());
+        }
+        for (id, held) in ids.iter().zip(&first) {
+            let again = pool.acquire(id, &ctx()).await.unwrap();
+            assert!(again.same_connection(held), "{expected:?}: {id} found hot");
+            assert_eq!(again.id(), id.as_str());
+        }
+        assert_eq!(
+            counts.connects(),
+            64,
+            "{expected:?}: one establishment each"
+        );
+        for id in ids.iter().step_by(2) {
+            assert!(pool.release(id));
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let again = pool.acquire(id, &ctx()).await.unwrap();
+            assert_eq!(
+                again.same_connection(&first[i]),
+                i % 2 == 1,
+                "{expected:?}: {id}"
+            );
+        }
+        assert_eq!(counts.connects(), 96);
+        drop(first);
+        pool.stop();
+        assert_balanced(&pool, &counts);
+    }
+}
+
 #[tokio::test]
 async fn bootstrap_persists_the_new_loop_id() {
     let store = Arc::new(MemoryStore::new());

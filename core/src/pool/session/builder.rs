@@ -11,7 +11,7 @@ use super::{
     DEFAULT_POOL_SIZE, MAX_SHARDS,
 };
 use crate::error::ConfigError;
-use crate::flight::{Batch, Directory};
+use crate::flight::{Batch, Directory, KeyHashing};
 use crate::limit::Limit;
 use crate::pool::reap::nanos as duration_ns;
 use crate::pool::settings::{self, Names, Reap, Settings};
@@ -23,6 +23,7 @@ pub struct SessionPoolBuilder<C, S = MemoryStore> {
     store: S,
     pool_size: usize,
     prewarm: usize,
+    key_hashing: KeyHashing,
     /// The shared settings. The default reap interval is half the idle time, within 1 s and
     /// 60 s (worked out at build, after `max_idle_time` is known).
     settings: Settings,
@@ -35,6 +36,7 @@ impl<C: Connector> SessionPoolBuilder<C, MemoryStore> {
             store: MemoryStore::new(),
             pool_size: DEFAULT_POOL_SIZE,
             prewarm: 0,
+            key_hashing: KeyHashing::Fast,
             settings: Settings::new(DEFAULT_MAX_IDLE_TIME, default_reap(DEFAULT_MAX_IDLE_TIME)),
         }
     }
@@ -48,6 +50,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             store,
             pool_size: self.pool_size,
             prewarm: self.prewarm,
+            key_hashing: self.key_hashing,
             settings: self.settings,
         }
     }
@@ -76,6 +79,21 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
     /// [`SessionPool::prewarm`]. Default 0; above `pool_size` is a [`ConfigError`].
     pub fn prewarm(mut self, count: usize) -> Self {
         self.prewarm = count;
+        self
+    }
+
+    /// How session ids are hashed into the pool's map. Default [`KeyHashing::Fast`]
+    /// (foldhash, seeded randomly per pool: a few instructions per acquire).
+    ///
+    /// Choose [`KeyHashing::SipHash`] (std's `RandomState`, about 150 instructions more per
+    /// acquire) when untrusted clients choose the session ids and can send many of them:
+    /// foldhash's per-pool seed spreads ids that were not aimed at it, but it is not a
+    /// cryptographic pseudo-random function, so a client that can craft ids and time the
+    /// pool's answers may find many that share one bucket (hash flooding), slowing every
+    /// acquire of that shard. Ids the service mints itself cannot be aimed. See
+    /// [`KeyHashing`] and the [module documentation](super#the-map-sharded-read-locked-hashed-once).
+    pub fn key_hashing(mut self, hashing: KeyHashing) -> Self {
+        self.key_hashing = hashing;
         self
     }
 
@@ -119,7 +137,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         let base = clock.now();
         let shards = (self.pool_size / 8).clamp(1, MAX_SHARDS);
         let shared = Arc::new(Shared {
-            directory: Directory::new(shards, limit),
+            directory: Directory::with_hashing(shards, limit, self.key_hashing),
             connector: Arc::new(self.connector),
             store: self.store,
             max_idle_ns: duration_ns(self.settings.idle_timeout),
@@ -144,6 +162,7 @@ impl<C, S> fmt::Debug for SessionPoolBuilder<C, S> {
         f.debug_struct("SessionPoolBuilder")
             .field("pool_size", &self.pool_size)
             .field("prewarm", &self.prewarm)
+            .field("key_hashing", &self.key_hashing)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }

@@ -68,6 +68,17 @@
 //! shard and allocate, which cost establishment churn far more than the read lock costs
 //! the hot path. Writes (a claim, an install, a release) change one shard in place.
 //!
+//! Ids are hashed with foldhash by default, seeded randomly per pool: a few instructions for a
+//! short id, where SipHash (std's `HashMap` hasher) takes about 150, most of a hot acquire.
+//! The seed keeps ids that were not aimed at it spread over shards and buckets, but foldhash
+//! is not a cryptographic pseudo-random function: a client that chooses session ids, can send
+//! many, and can time the pool's answers may learn enough to craft ids that share one bucket
+//! (hash flooding), which slows every acquire of that shard. A service whose session ids come
+//! from untrusted clients should choose SipHash with
+//! [`SessionPoolBuilder::key_hashing`]`(`[`KeyHashing::SipHash`]`)`; ids the service mints
+//! itself (random tokens, sequence numbers, ids of authenticated users) cannot be aimed and
+//! lose nothing with the default.
+//!
 //! # Exact accounting
 //!
 //! Capacity is an [`OwnedPermit`](crate::limit::OwnedPermit) and every connection has one owner at a time, so "returned
@@ -243,6 +254,9 @@ pub use error::{SessionError, SourceError, StoreOp};
 pub use establish::Origin;
 pub use live::Session;
 pub use store::{LoopId, MemoryStore, SessionContext, SessionRecord, SessionStore};
+
+/// How session ids are hashed: see [`SessionPoolBuilder::key_hashing`].
+pub use crate::flight::KeyHashing;
 
 use error::source;
 use establish::{Drive, Lead};
@@ -733,6 +747,11 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// The pool's clock (to compute `now` for [`SessionPool::reap`]).
     pub fn clock(&self) -> &Clock {
         &self.shared.clock
+    }
+
+    /// How the pool hashes session ids ([`SessionPoolBuilder::key_hashing`]).
+    pub fn key_hashing(&self) -> KeyHashing {
+        self.shared.directory.registry().hashing()
     }
 
     /// The session store the pool was built with (to read or seed records while it runs).

@@ -7,7 +7,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
-use super::{Claim, Entry, Flight, Hashed, Registry, Touch, UseStamp};
+use super::{Claim, Entry, Flight, Hashed, KeyHashing, Registry, Touch, UseStamp};
 use crate::error::TryAcquireError;
 use crate::limit::{Limit, OwnedPermit};
 use crate::sync::{trace_transition, Arc};
@@ -158,10 +158,17 @@ where
     V: Tenant,
     E: Refusal,
 {
-    /// A directory of `shards` registry shards whose values own permits of `limit`.
+    /// A directory of `shards` registry shards whose values own permits of `limit`, hashing
+    /// keys with [`KeyHashing::Fast`].
     pub fn new(shards: usize, limit: Arc<Limit>) -> Self {
+        Self::with_hashing(shards, limit, KeyHashing::default())
+    }
+
+    /// A directory of `shards` registry shards whose values own permits of `limit`, hashing
+    /// keys as `hashing` says.
+    pub fn with_hashing(shards: usize, limit: Arc<Limit>, hashing: KeyHashing) -> Self {
         Self {
-            registry: Registry::new(shards),
+            registry: Registry::with_hashing(shards, hashing),
             limit,
         }
     }

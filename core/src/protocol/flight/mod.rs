@@ -91,9 +91,67 @@ pub use batch::Batch;
 pub use directory::{retire, retire_if_idle, Directory, Outcome, Refusal, Step, Tenant};
 pub use stamp::{Touch, UseStamp};
 
-/// The hasher of keys (randomly keyed per registry, so callers that choose keys can aim them
-/// neither at one shard nor at one bucket).
-type Hasher = std::collections::hash_map::RandomState;
+/// How a [`Registry`] hashes its keys: the choice between speed and resistance to keys chosen
+/// by an adversary.
+///
+/// Both are seeded randomly per registry (per pool), so the same key hashes differently in two
+/// pools and in two runs. They differ in what an attacker who can choose many keys, and watch
+/// how fast the service answers, can do:
+///
+/// * [`KeyHashing::Fast`] (the default) is foldhash: a few instructions for a short id (the
+///   session pool's hot acquire spends about 150 on SipHash otherwise). Its seed keeps keys
+///   written without knowledge of it spread out, but it is not a cryptographic pseudo-random
+///   function: an attacker who can submit crafted keys and time the answers may learn enough
+///   to build many keys that land in one shard's bucket (hash flooding), making that shard's
+///   lookups and inserts slow for everyone.
+/// * [`KeyHashing::SipHash`] is std's `RandomState` (SipHash-1-3 with a random key), which is
+///   designed to be such a function: choose it when untrusted clients pick the keys (session
+///   ids that come from the request, unauthenticated) and can make many of them.
+///
+/// Keys the service mints itself (random or sequential ids, ids from an authenticated
+/// directory) cannot be aimed, and lose nothing with the fast hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyHashing {
+    /// foldhash, randomly seeded per registry: fast, not a cryptographic PRF.
+    #[default]
+    Fast,
+    /// SipHash-1-3 with a random key per registry (std's `RandomState`): about 150
+    /// instructions for a short key, built to resist hash flooding.
+    SipHash,
+}
+
+/// The hasher of keys, seeded per registry (so keys are aimed at neither one shard nor one
+/// bucket except, for [`KeyHashing::Fast`], by an adversary who can learn its seed).
+#[derive(Clone)]
+enum Hasher {
+    Fast(foldhash::fast::RandomState),
+    SipHash(std::collections::hash_map::RandomState),
+}
+
+impl Hasher {
+    fn new(hashing: KeyHashing) -> Self {
+        match hashing {
+            KeyHashing::Fast => Hasher::Fast(foldhash::fast::RandomState::default()),
+            KeyHashing::SipHash => Hasher::SipHash(std::collections::hash_map::RandomState::new()),
+        }
+    }
+
+    #[inline]
+    fn hash_one<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        match self {
+            Hasher::Fast(state) => state.hash_one(key),
+            Hasher::SipHash(state) => state.hash_one(key),
+        }
+    }
+
+    fn kind(&self) -> KeyHashing {
+        match self {
+            Hasher::Fast(_) => KeyHashing::Fast,
+            Hasher::SipHash(_) => KeyHashing::SipHash,
+        }
+    }
+}
 
 /// A registry's entry for one key.
 pub enum Entry<V, T> {
@@ -222,7 +280,7 @@ type Shard<K, V, T> = CachePadded<RwLock<Table<K, V, T>>>;
 pub struct Registry<K, V, T> {
     /// INVARIANT: `shards.len()` is a power of two.
     shards: Box<[Shard<K, V, T>]>,
-    /// Hashes keys, once per operation.
+    /// Hashes keys, once per operation (seeded for this registry).
     hasher: Hasher,
     /// Set once by [`Registry::close`] (before it drains any shard). Read under a shard's
     /// write lock, so a writer that runs after the drain of its shard always sees it.
@@ -249,17 +307,29 @@ where
     K: Hash + Eq,
     V: Clone,
 {
-    /// A registry with `shards` shards (rounded up to a power of two, at least one).
+    /// A registry with `shards` shards (rounded up to a power of two, at least one), hashing
+    /// keys with [`KeyHashing::Fast`].
     pub fn new(shards: usize) -> Self {
+        Self::with_hashing(shards, KeyHashing::default())
+    }
+
+    /// A registry with `shards` shards (rounded up to a power of two, at least one), hashing
+    /// keys as `hashing` says (seeded afresh for this registry).
+    pub fn with_hashing(shards: usize, hashing: KeyHashing) -> Self {
         let count = shards.max(1).next_power_of_two();
         let shards = (0..count)
             .map(|_| CachePadded::new(RwLock::new(HashTable::new())))
             .collect();
         Self {
             shards,
-            hasher: Hasher::new(),
+            hasher: Hasher::new(hashing),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// How this registry hashes its keys.
+    pub fn hashing(&self) -> KeyHashing {
+        self.hasher.kind()
     }
 
     /// Hashes `key` for the operations that follow.
@@ -447,6 +517,7 @@ impl<K, V, T> fmt::Debug for Registry<K, V, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
             .field("shards", &self.shards.len())
+            .field("hashing", &self.hasher.kind())
             .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
