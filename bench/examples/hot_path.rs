@@ -38,10 +38,11 @@
 //! | `gate` | a wait on the gate and its notify: with the one permit of a `Limit` held, poll its `acquire()` (it queues), drop the held permit (which hands it to the waiter), poll again (ready) |
 //!
 //! and, for comparison only (not in the budgets): `reference`, `reference-depth1`,
-//! `reference-depth1-busy` (R1's stream pool), `client-deadpool`, `managed-deadpool` and
-//! `managed-bb8` (the peers of `managed/uncontended`), `keyed-reference` (R2's design); `saturated-stream` and
-//! `saturated-reference` run `stream/saturated` (64 tasks for 16 slots on 2 workers; count
-//! those with `--toggle-collect='*saturated*'`, which takes the tasks' polls).
+//! `reference-depth1-busy` (R1's stream pool), `client-deadpool`, `managed-deadpool`,
+//! `managed-bb8` and `managed-asyncband` (the peers of `managed/uncontended`),
+//! `keyed-reference` (R2's design); `saturated-stream` and `saturated-reference` run
+//! `stream/saturated` (64 tasks for 16 slots on 2 workers; count those with
+//! `--toggle-collect='*saturated*'`, which takes the tasks' polls).
 //!
 //! The timed rounds run inside [`timed`], so `--toggle-collect='hot_path::timed*'` counts
 //! them alone; divide by the rounds.
@@ -228,6 +229,10 @@ fn run(which: &str, rounds: u64) {
         }
         "managed-bb8" => {
             let pool = client_cases::bb8(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed-asyncband" => {
+            let pool = managed::asyncband(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
         "session-hot" => {

@@ -7,6 +7,7 @@
 //! | `slotpool` | `slotpool::managed::Pool` over [`NoopObjects`], `max_size = 16`, its default recycle policy (every checkout calls the manager's `recycle`, here accepting at once), no background reaper |
 //! | `deadpool` | deadpool 0.13 **managed** `deadpool::managed::Pool` over [`NoopDeadpool`] (`recycle` accepts at once), `max_size = 16`, its defaults otherwise (FIFO) |
 //! | `bb8` | bb8 0.9 as in the `client/*` cases ([`client::bb8`]): the no-op `ManageConnection`, `max_size = min_idle = 16`, no check-out test |
+//! | `asyncband` | asyncband 0.7 `pool::bounded::Pool` (feature `pool`; fastpool's successor) over [`NoopAsyncband`] (`is_recyclable` accepts at once), `PoolConfig::new(16)` and its defaults otherwise: FIFO reuse (`QueueStrategy::Fifo`), `is_recyclable` on every checkout, a cancelled check detaches the object; each checkout takes an owned permit of asyncband's own semaphore (an atomic count, waiters in a locked list), then pops the idle `Mutex<VecDeque>`; each return stamps `Instant::now()` on the object and pushes it back; no background task |
 //! | `tokio-semaphore` | a bare `tokio::sync::Semaphore` of 16 permits in the same loop: the bound, the least an async limit costs |
 //!
 //! | case | what it measures |
@@ -25,6 +26,7 @@ use std::convert::Infallible;
 use std::hint::black_box;
 use std::sync::Arc;
 
+use asyncband::pool::{bounded, ManageObject, ObjectStatus};
 use slotpool::managed::{Manager, Object, Pool};
 use tokio::runtime::Runtime;
 
@@ -135,6 +137,46 @@ impl Hold for Deadpool {
     }
 }
 
+/// asyncband's manager of numbers: creates at once, every object is recyclable.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopAsyncband;
+
+impl ManageObject for NoopAsyncband {
+    type Object = Trivial;
+    type Error = Infallible;
+
+    async fn create(&self) -> Result<Trivial, Infallible> {
+        Ok(Trivial(0))
+    }
+
+    async fn is_recyclable(&self, _: &mut Trivial, _: &ObjectStatus) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+/// asyncband 0.7's bounded pool (`Pool::new` hands it out in an `Arc`; `get` takes the `Arc`).
+pub struct Asyncband(pub Arc<bounded::Pool<NoopAsyncband>>);
+
+impl std::fmt::Debug for Asyncband {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asyncband").finish_non_exhaustive()
+    }
+}
+
+impl Checkout for Asyncband {
+    async fn checkout(&self) {
+        let object = self.0.get().await.expect("no-op manager never fails");
+        black_box(&object.0);
+    }
+}
+
+impl Hold for Asyncband {
+    type Guard<'a> = bounded::Object<NoopAsyncband>;
+    async fn hold(&self) -> Self::Guard<'_> {
+        self.0.get().await.expect("no-op manager never fails")
+    }
+}
+
 impl Hold for Bb8 {
     type Guard<'a> = bb8::PooledConnection<'a, NoopManager>;
     async fn hold(&self) -> Self::Guard<'_> {
@@ -184,6 +226,21 @@ pub fn deadpool(rt: &Runtime) -> Deadpool {
     })
 }
 
+/// asyncband's bounded pool of 16 at its defaults, with all 16 objects created and idle.
+pub fn asyncband(rt: &Runtime) -> Asyncband {
+    rt.block_on(async {
+        let pool = bounded::Pool::new(bounded::PoolConfig::new(OBJECTS), NoopAsyncband);
+        let mut held = Vec::new();
+        for _ in 0..OBJECTS {
+            held.push(pool.get().await.expect("room while prewarming"));
+        }
+        drop(held);
+        let status = pool.status();
+        assert_eq!((status.current_size, status.idle_count), (OBJECTS, OBJECTS));
+        Asyncband(pool)
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // The comparison
 // ---------------------------------------------------------------------------------------------
@@ -197,10 +254,11 @@ pub const CASES: &[Case] = &[
 
 fn uncontended(settings: &Settings) -> Vec<Record> {
     let rt = current_thread();
-    let (s, d, b, t) = (
+    let (s, d, b, a, t) = (
         slotpool(&rt),
         deadpool(&rt),
         client::bb8(&rt),
+        asyncband(&rt),
         client::tokio_semaphore(),
     );
     let ops = settings.ops(ops::UNCONTENDED, 1_000);
@@ -219,6 +277,10 @@ fn uncontended(settings: &Settings) -> Vec<Record> {
             Box::new(|ops| run(ops, rt.block_on(client::checkouts(&b, ops)))),
         ),
         (
+            "asyncband",
+            Box::new(|ops| run(ops, rt.block_on(client::checkouts(&a, ops)))),
+        ),
+        (
             "tokio-semaphore",
             Box::new(|ops| run(ops, rt.block_on(client::checkouts(&t, ops)))),
         ),
@@ -231,6 +293,7 @@ fn tasks(settings: &Settings) -> Vec<Record> {
     let s = Arc::new(slotpool(&rt));
     let d = Arc::new(deadpool(&rt));
     let b = Arc::new(client::bb8(&rt));
+    let a = Arc::new(asyncband(&rt));
     let t = Arc::new(client::tokio_semaphore());
     let ops = split(settings.ops(ops::TASKS, 8_000), TASK_COUNT).1;
     let run = |ops: u64, elapsed| Sample::timed(split(ops, TASK_COUNT).1, elapsed);
@@ -248,6 +311,10 @@ fn tasks(settings: &Settings) -> Vec<Record> {
             Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &b, ops))),
         ),
         (
+            "asyncband",
+            Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &a, ops))),
+        ),
+        (
             "tokio-semaphore",
             Box::new(|ops| run(ops, client::checkouts_on_tasks(&rt, &t, ops))),
         ),
@@ -260,12 +327,14 @@ fn saturated(settings: &Settings) -> Vec<Record> {
     let s = Arc::new(slotpool(&rt));
     let d = Arc::new(deadpool(&rt));
     let b = Arc::new(client::bb8(&rt));
+    let a = Arc::new(asyncband(&rt));
     let t = Arc::new(tokio::sync::Semaphore::new(OBJECTS));
     let ops = split(settings.ops(ops::SATURATED, 1_000), SAT_TASKS).1;
     let impls: Vec<Runner<'_>> = vec![
         ("slotpool", stream::saturated_runner(&rt, &s)),
         ("deadpool", stream::saturated_runner(&rt, &d)),
         ("bb8", stream::saturated_runner(&rt, &b)),
+        ("asyncband", stream::saturated_runner(&rt, &a)),
         ("tokio-semaphore", stream::saturated_runner(&rt, &t)),
     ];
     interleave(SATURATED, ops, settings, impls)
