@@ -1,12 +1,14 @@
 //! Criterion benches of the managed pool: slotpool's `managed::Pool`, deadpool 0.13 (managed),
-//! bb8 0.9 and a bare tokio `Semaphore` over a no-op manager, and the PostgreSQL cases
-//! (slotpool, deadpool-postgres, bb8-postgres, one connection per task) against a throwaway
-//! server, timing the same runners as the `compare` run (`slotpool_bench::cases::managed` and
-//! `slotpool_bench::cases::postgres`).
+//! bb8 0.9, asyncband 0.7's bounded pool and a bare tokio `Semaphore` over a no-op manager,
+//! and the PostgreSQL cases (slotpool, deadpool-postgres, bb8-postgres, one connection per
+//! task; for the checkout alone, asyncband and a hand-rolled semaphore + `Mutex<Vec>`) against
+//! a throwaway server, timing the same runners as the `compare` run
+//! (`slotpool_bench::cases::managed` and `slotpool_bench::cases::postgres`).
 //!
 //! Groups: `managed/uncontended`, `managed/8-tasks-2-workers`, `managed/saturated`, and
-//! `postgres/select-1-concurrency-{1,16,64}` when `bench/postgres/start.sh` can start a server
-//! (otherwise they are skipped, with the reason printed). Smoke run:
+//! `postgres/select-1-concurrency-{1,16,64}` and `postgres/pool-only-{1-task,8-tasks}` when
+//! `bench/postgres/start.sh` can start a server (otherwise they are skipped, with the reason
+//! printed). Smoke run:
 //! `cargo bench -p slotpool-bench --bench managed -- --test`.
 
 use std::sync::Arc;
@@ -14,9 +16,10 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use slotpool_bench::cases::client::Checkout;
 use slotpool_bench::cases::client::{self, checkouts, checkouts_on_tasks};
 use slotpool_bench::cases::managed::{
-    deadpool, slotpool, SATURATED, SAT_TASKS, TASKS, UNCONTENDED, WORKERS,
+    asyncband, deadpool, slotpool, SATURATED, SAT_TASKS, TASKS, UNCONTENDED, WORKERS,
 };
 use slotpool_bench::cases::postgres::{self, Pg, Select, Server};
 use slotpool_bench::cases::stream::{saturated_tasks, Hold};
@@ -41,10 +44,11 @@ fn per_task(iters: u64, tasks: usize) -> (u64, impl Fn(Duration) -> Duration) {
 
 fn uncontended(c: &mut Criterion) {
     let rt = current_thread();
-    let (s, d, b, t) = (
+    let (s, d, b, a, t) = (
         slotpool(&rt),
         deadpool(&rt),
         client::bb8(&rt),
+        asyncband(&rt),
         client::tokio_semaphore(),
     );
     let mut group = configure(c, UNCONTENDED);
@@ -57,6 +61,9 @@ fn uncontended(c: &mut Criterion) {
     group.bench_function("bb8", |bench| {
         bench.iter_custom(|iters| rt.block_on(checkouts(&b, iters)))
     });
+    group.bench_function("asyncband", |bench| {
+        bench.iter_custom(|iters| rt.block_on(checkouts(&a, iters)))
+    });
     group.bench_function("tokio-semaphore", |bench| {
         bench.iter_custom(|iters| rt.block_on(checkouts(&t, iters)))
     });
@@ -68,6 +75,7 @@ fn tasks(c: &mut Criterion) {
     let s = Arc::new(slotpool(&rt));
     let d = Arc::new(deadpool(&rt));
     let b = Arc::new(client::bb8(&rt));
+    let a = Arc::new(asyncband(&rt));
     let t = Arc::new(client::tokio_semaphore());
     let mut group = configure(c, TASKS);
     // One iteration is one checkout; the 8 tasks split the iterations between them.
@@ -79,6 +87,9 @@ fn tasks(c: &mut Criterion) {
     });
     group.bench_function("bb8", |bench| {
         bench.iter_custom(|iters| checkouts_on_tasks(&rt, &b, iters))
+    });
+    group.bench_function("asyncband", |bench| {
+        bench.iter_custom(|iters| checkouts_on_tasks(&rt, &a, iters))
     });
     group.bench_function("tokio-semaphore", |bench| {
         bench.iter_custom(|iters| checkouts_on_tasks(&rt, &t, iters))
@@ -106,11 +117,13 @@ fn saturated(c: &mut Criterion) {
     let s = Arc::new(slotpool(&rt));
     let d = Arc::new(deadpool(&rt));
     let b = Arc::new(client::bb8(&rt));
+    let a = Arc::new(asyncband(&rt));
     let t = Arc::new(tokio::sync::Semaphore::new(client::CLIENTS));
     let mut group = configure(c, SATURATED);
     saturated_on(&mut group, "slotpool", &rt, &s);
     saturated_on(&mut group, "deadpool", &rt, &d);
     saturated_on(&mut group, "bb8", &rt, &b);
+    saturated_on(&mut group, "asyncband", &rt, &a);
     saturated_on(&mut group, "tokio-semaphore", &rt, &t);
     group.finish();
 }
@@ -131,7 +144,23 @@ fn select_on<P: Select>(
     });
 }
 
-fn select_1(c: &mut Criterion) {
+/// One pool-only benchmark: `tasks` tasks share the iterations.
+fn pool_only_on<P: Checkout>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    rt: &Runtime,
+    pool: &Arc<P>,
+    tasks: usize,
+) {
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let (per, scale) = per_task(iters, tasks);
+            scale(postgres::checkouts_on(rt, pool, tasks, per * tasks as u64).1)
+        })
+    });
+}
+
+fn postgres_cases(c: &mut Criterion) {
     let pg = match Pg::start(&Server::default_state()) {
         Ok(pg) => pg,
         Err(reason) => {
@@ -139,6 +168,24 @@ fn select_1(c: &mut Criterion) {
             return;
         }
     };
+    select_1(c, &pg);
+    pool_only(c, &pg);
+}
+
+fn pool_only(c: &mut Criterion, pg: &Pg) {
+    let (rt, p) = (&pg.rt, &pg.pool_only);
+    for (name, tasks) in postgres::POOL_ONLY {
+        let mut group = configure(c, name);
+        pool_only_on(&mut group, "slotpool", rt, &p.slotpool, tasks);
+        pool_only_on(&mut group, "deadpool-postgres", rt, &p.deadpool, tasks);
+        pool_only_on(&mut group, "bb8-postgres", rt, &p.bb8, tasks);
+        pool_only_on(&mut group, "asyncband", rt, &p.asyncband, tasks);
+        pool_only_on(&mut group, "semaphore-mutex", rt, &p.semaphore_mutex, tasks);
+        group.finish();
+    }
+}
+
+fn select_1(c: &mut Criterion, pg: &Pg) {
     for concurrency in postgres::CONCURRENCY {
         let mut group = c.benchmark_group(postgres::case_name(concurrency));
         group
@@ -159,5 +206,5 @@ fn select_1(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, uncontended, tasks, saturated, select_1);
+criterion_group!(benches, uncontended, tasks, saturated, postgres_cases);
 criterion_main!(benches);

@@ -11,8 +11,8 @@
 //! | `keyed.rs` | `keyed/*`: admission uncontended and from 8 tasks; through `spawn_blocking` | R2 |
 //! | `session.rs` | `session/*`: hot re-acquire, churn | R3 |
 //! | `client.rs` | `client/*`: exclusive checkout, also against deadpool, bb8 and a bare semaphore | R1 client pool |
-//! | `managed.rs` | `managed/*`: the managed pool's checkout uncontended, from 8 tasks, saturated, over a no-op manager | deadpool, bb8, a bare semaphore |
-//! | `postgres.rs` | `postgres/*`: a prepared `SELECT 1` per checkout against a throwaway PostgreSQL server, at concurrency 1, 16, 64 | deadpool-postgres, bb8-postgres, one connection per task |
+//! | `managed.rs` | `managed/*`: the managed pool's checkout uncontended, from 8 tasks, saturated, over a no-op manager | deadpool, bb8, asyncband, a bare semaphore |
+//! | `postgres.rs` | `postgres/*`: a prepared `SELECT 1` per checkout against a throwaway PostgreSQL server, at concurrency 1, 16, 64; the checkout and return of a real connection alone, from 1 and 8 tasks (`pool-only`) | deadpool-postgres, bb8-postgres, one connection per task; in `pool-only`, asyncband and a hand-rolled semaphore + `Mutex<Vec>` |
 //! | `e2e.rs` | `e2e/*`: GetPage requests through the whole gRPC stack | R1's stack ([`crate::grpc`]) |
 //! | `scaling.rs` | `scaling/*` (`--scaling`): the contended cases at 1-16 workers | as above |
 

@@ -1,6 +1,10 @@
 //! The PostgreSQL cases: a prepared `SELECT 1` per checkout against a real server, through
 //! slotpool's managed pool and the pools its users come from, side by side in one process
-//! against the same server.
+//! against the same server; and the same pools' checkout and return of a real connection with
+//! no query at all (`postgres/pool-only-*`), where what is timed is the pool carrying a
+//! `tokio_postgres::Client` rather than a number.
+//!
+//! The `select-1` cases:
 //!
 //! | impl | what |
 //! |---|---|
@@ -11,12 +15,26 @@
 //! | `no-pool` | one dedicated connection per task, its statement prepared once: no pool at all, the limit |
 //! | `no-pool-rotating` | at concurrency 1 only: no pool, each query on the next of 16 such connections in turn (what FIFO reuse does at one task, without a pool): tells the pool's cost apart from the effect of which backend answers |
 //!
+//! The `pool-only` cases, each pool of its own 16 connections (none of them shared with the
+//! `select-1` pools), nothing prepared:
+//!
+//! | impl | what |
+//! |---|---|
+//! | `slotpool` | `slotpool::managed::Pool` of [`PgManager`] at its defaults, as above (`Recycling::Fast`: every checkout checks `is_closed`), `max_size = 16` |
+//! | `deadpool-postgres` | deadpool-postgres 0.14 at its defaults, as above: `RecyclingMethod::Fast`, which checks `is_closed` and runs no query, kept; `max_size = 16` |
+//! | `bb8-postgres` | bb8 0.9 with bb8-postgres 0.9, `max_size = 16`, at their defaults except **`test_on_check_out(false)`**: bb8-postgres's check on checkout runs an empty query, a round trip the case is there to leave out (it measures the pool alone); bb8 still checks `is_closed` when the connection comes back |
+//! | `asyncband` | asyncband 0.7's bounded pool (`pool::bounded::Pool`, `PoolConfig::new(16)`, its defaults otherwise: FIFO reuse, `is_recyclable` on every checkout) over [`AsyncbandPg`], whose `is_recyclable` checks `is_closed` (the check deadpool's and slotpool's fast recycling make) |
+//! | `semaphore-mutex` | the pool a user writes by hand ([`SemaphoreMutex`]): a `tokio::sync::Semaphore` of 16 permits and the idle clients in a `std::sync::Mutex<Vec<Client>>`; get acquires a permit and pops a client (the last returned), the guard's drop pushes it back and then releases the permit; no health check |
+//!
 //! | case | what it measures |
 //! |---|---|
 //! | `postgres/select-1-concurrency-{1,16,64}` | that many tasks on a 2-worker runtime, each looping get → execute the prepared `SELECT 1` → return; ns per query (wall time over all queries: the inverse of throughput) and per-query latency percentiles (p50/p99/p999) and the longest |
+//! | `postgres/pool-only-1-task` | one task on the same 2-worker runtime looping get → touch the `Client` → return, no query: ns per checkout and return |
+//! | `postgres/pool-only-8-tasks` | 8 tasks on that runtime doing the same (16 connections: nobody waits, they contend); wall time over all checkouts |
 //!
-//! Every pool has its 16 connections open, each with the statement prepared, before timing;
-//! the no-pool side has 64. The server is a throwaway cluster that
+//! Every `select-1` pool has its 16 connections open, each with the statement prepared, before
+//! timing; the no-pool side has 64; every `pool-only` pool has its 16 open (each opened through
+//! its own get, `semaphore-mutex`'s connected directly). The server is a throwaway cluster that
 //! [`Server::start`] starts through `bench/postgres/start.sh` (and stops through `stop.sh`
 //! when dropped); where that script cannot start one (no server binaries on the machine),
 //! [`compare`] says why and the cases are reported as skipped.
@@ -31,20 +49,26 @@
 //! code.
 
 use std::future::Future;
+use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use asyncband::pool::{bounded, ManageObject, ObjectStatus};
 use bb8_postgres::PostgresConnectionManager;
 use hdrhistogram::Histogram;
 use slotpool::managed::postgres::PgManager;
 use slotpool::managed::{Pool, QueueMode};
 use tokio::runtime::Runtime;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
+use crate::cases::client::{checkouts_spread, Checkout};
 use crate::fixtures::{join_all, multi_thread, nanos};
-use crate::report::{interleave, merge_waits, wait_histogram, Record, Runner, Sample, Settings};
+use crate::report::{
+    interleave, merge_waits, split, wait_histogram, Record, Runner, Sample, Settings,
+};
 
 /// Concurrency levels measured.
 pub const CONCURRENCY: [usize; 3] = [1, 16, 64];
@@ -59,6 +83,17 @@ pub const QUERY: &str = "SELECT 1";
 pub fn case_name(concurrency: usize) -> String {
     format!("postgres/select-1-concurrency-{concurrency}")
 }
+
+/// Case name: one task, get and return a connection, no query.
+pub const POOL_ONLY_1_TASK: &str = "postgres/pool-only-1-task";
+/// Case name: 8 tasks, get and return a connection, no query.
+pub const POOL_ONLY_8_TASKS: &str = "postgres/pool-only-8-tasks";
+/// The `pool-only` cases as (name, tasks), in the order the comparison runs them.
+pub const POOL_ONLY: [(&str, usize); 2] = [(POOL_ONLY_1_TASK, 1), (POOL_ONLY_8_TASKS, 8)];
+
+/// Full-run checkouts per repeat of a `pool-only` case (all tasks together), scaled by
+/// [`Settings::ops`].
+pub const POOL_ONLY_OPS: u64 = 500_000;
 
 /// Full-run queries per repeat (all tasks together), scaled by [`Settings::ops`]. Chosen so
 /// the full comparison of the postgres cases takes about half a minute on the 2-core dev
@@ -318,6 +353,221 @@ impl Select for Rotating {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The pool-only implementations: get, touch the client, return it
+// ---------------------------------------------------------------------------------------------
+
+impl Checkout for Slotpool {
+    async fn checkout(&self) {
+        let client = self
+            .0
+            .get()
+            .await
+            .expect("the bench server accepts connections");
+        black_box::<&Client>(&client);
+    }
+}
+
+impl Checkout for Deadpool {
+    async fn checkout(&self) {
+        let client = self
+            .0
+            .get()
+            .await
+            .expect("the bench server accepts connections");
+        black_box::<&Client>(&client);
+    }
+}
+
+/// bb8-postgres's pool of plain clients, without the check on checkout.
+pub struct Bb8Plain(pub bb8::Pool<PostgresConnectionManager<NoTls>>);
+
+impl std::fmt::Debug for Bb8Plain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bb8Plain").finish_non_exhaustive()
+    }
+}
+
+impl Checkout for Bb8Plain {
+    async fn checkout(&self) {
+        let client = self
+            .0
+            .get()
+            .await
+            .expect("the bench server accepts connections");
+        black_box::<&Client>(&client);
+    }
+}
+
+/// Why [`AsyncbandPg`] could not hand out a connection.
+#[derive(Debug)]
+pub enum AsyncbandPgError {
+    /// Connecting failed.
+    Connect(tokio_postgres::Error),
+    /// The connection is closed: not recyclable.
+    Closed,
+}
+
+/// An asyncband manager of tokio-postgres connections, as its users write one: connect and
+/// spawn the connection's task; an idle connection is recyclable unless it is closed.
+#[derive(Debug)]
+pub struct AsyncbandPgManager(pub Config);
+
+impl ManageObject for AsyncbandPgManager {
+    type Object = Client;
+    type Error = AsyncbandPgError;
+
+    async fn create(&self) -> Result<Client, AsyncbandPgError> {
+        let (client, connection) = self
+            .0
+            .connect(NoTls)
+            .await
+            .map_err(AsyncbandPgError::Connect)?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    async fn is_recyclable(
+        &self,
+        client: &mut Client,
+        _: &ObjectStatus,
+    ) -> Result<(), AsyncbandPgError> {
+        if client.is_closed() {
+            Err(AsyncbandPgError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// asyncband 0.7's bounded pool of [`AsyncbandPgManager`] connections.
+pub struct AsyncbandPg(pub Arc<bounded::Pool<AsyncbandPgManager>>);
+
+impl std::fmt::Debug for AsyncbandPg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncbandPg").finish_non_exhaustive()
+    }
+}
+
+impl Checkout for AsyncbandPg {
+    async fn checkout(&self) {
+        let client = self
+            .0
+            .get()
+            .await
+            .expect("the bench server accepts connections");
+        black_box::<&Client>(&client);
+    }
+}
+
+/// The pool a user writes by hand: a semaphore with a permit per connection and the idle
+/// connections in a locked `Vec`. Holding a permit means a connection is idle for its holder.
+#[derive(Debug)]
+pub struct SemaphoreMutex {
+    permits: Semaphore,
+    idle: Mutex<Vec<Client>>,
+}
+
+/// A connection out of a [`SemaphoreMutex`]: pushed back, then its permit released, on drop.
+#[derive(Debug)]
+pub struct Borrowed<'a> {
+    client: Option<Client>,
+    idle: &'a Mutex<Vec<Client>>,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl SemaphoreMutex {
+    /// A pool of `clients`, all idle.
+    pub fn new(clients: Vec<Client>) -> Self {
+        SemaphoreMutex {
+            permits: Semaphore::new(clients.len()),
+            idle: Mutex::new(clients),
+        }
+    }
+
+    /// Waits for a permit, then takes the connection returned last.
+    pub async fn get(&self) -> Borrowed<'_> {
+        let permit = self.permits.acquire().await.expect("never closed");
+        let client = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .expect("a permit stands for an idle connection");
+        Borrowed {
+            client: Some(client),
+            idle: &self.idle,
+            _permit: permit,
+        }
+    }
+
+    /// Connections idle now.
+    pub fn idle(&self) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+impl std::ops::Deref for Borrowed<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(client);
+        }
+        // `_permit` is released after this, when the fields drop: the connection is back first.
+    }
+}
+
+impl Checkout for SemaphoreMutex {
+    async fn checkout(&self) {
+        let client = self.get().await;
+        black_box::<&Client>(&client);
+    }
+}
+
+/// The `pool-only` cases' pools, each with its own 16 connections open and idle.
+#[derive(Debug)]
+pub struct PoolOnly {
+    /// slotpool's pool at its defaults.
+    pub slotpool: Arc<Slotpool>,
+    /// deadpool-postgres at its defaults.
+    pub deadpool: Arc<Deadpool>,
+    /// bb8-postgres without the check on checkout.
+    pub bb8: Arc<Bb8Plain>,
+    /// asyncband's bounded pool at its defaults.
+    pub asyncband: Arc<AsyncbandPg>,
+    /// The hand-rolled semaphore and mutex.
+    pub semaphore_mutex: Arc<SemaphoreMutex>,
+}
+
+impl PoolOnly {
+    /// Opens every pool's 16 connections (call within the callers' runtime: the connections'
+    /// tasks run on it).
+    ///
+    /// # Panics
+    /// If the server refuses a connection.
+    pub async fn open(server: &Server) -> Self {
+        PoolOnly {
+            slotpool: Arc::new(pool_only_slotpool(server).await),
+            deadpool: Arc::new(pool_only_deadpool(server).await),
+            bb8: Arc::new(pool_only_bb8(server).await),
+            asyncband: Arc::new(pool_only_asyncband(server).await),
+            semaphore_mutex: Arc::new(semaphore_mutex(server).await),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Building blocks
 // ---------------------------------------------------------------------------------------------
 
@@ -337,6 +587,8 @@ pub struct Pg {
     pub no_pool: Arc<NoPool>,
     /// The first [`POOL_SIZE`] of those in turn, for one caller.
     pub rotating: Arc<Rotating>,
+    /// The `pool-only` cases' pools, 16 connections each of their own.
+    pub pool_only: PoolOnly,
     /// The callers' runtime ([`WORKERS`] workers); the connections' tasks run on it too.
     pub rt: Runtime,
     /// The server.
@@ -344,8 +596,8 @@ pub struct Pg {
 }
 
 impl Pg {
-    /// Starts a server (see [`Server::start`]) and opens every implementation's connections,
-    /// each with the statement prepared.
+    /// Starts a server (see [`Server::start`]) and opens every implementation's connections:
+    /// the `select-1` ones each with the statement prepared, then the `pool-only` ones.
     ///
     /// # Errors
     /// Why no server could be started.
@@ -355,13 +607,14 @@ impl Pg {
     pub fn start(state: &Path) -> Result<Self, String> {
         let server = Server::start(state)?;
         let rt = multi_thread(WORKERS);
-        let (slotpool, slotpool_fifo, deadpool, bb8, no_pool) = rt.block_on(async {
+        let (slotpool, slotpool_fifo, deadpool, bb8, no_pool, pool_only) = rt.block_on(async {
             (
                 slotpool(&server).await,
                 slotpool_in_order(&server, "slotpool-bench-slotpool-fifo", QueueMode::Fifo).await,
                 deadpool(&server).await,
                 bb8(&server).await,
                 no_pool(&server, max_concurrency()).await,
+                PoolOnly::open(&server).await,
             )
         });
         let no_pool = Arc::new(no_pool);
@@ -372,6 +625,7 @@ impl Pg {
             bb8: Arc::new(bb8),
             rotating: Arc::new(Rotating::new(Arc::clone(&no_pool))),
             no_pool,
+            pool_only,
             rt,
             server,
         })
@@ -470,6 +724,110 @@ pub async fn no_pool(server: &Server, connections: usize) -> NoPool {
     NoPool(all)
 }
 
+/// slotpool's pool at its defaults with its 16 connections open, nothing prepared.
+pub async fn pool_only_slotpool(server: &Server) -> Slotpool {
+    let manager = PgManager::new(server.config("slotpool-bench-pool-only-slotpool"));
+    let pool = Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .build()
+        .expect("valid bench configuration");
+    let mut held = Vec::new();
+    for _ in 0..POOL_SIZE {
+        held.push(
+            pool.get()
+                .await
+                .expect("the bench server accepts connections"),
+        );
+    }
+    drop(held);
+    assert_eq!(pool.status().available, POOL_SIZE);
+    Slotpool(pool)
+}
+
+/// deadpool-postgres's pool at its defaults (`RecyclingMethod::Fast`) with its 16 connections
+/// open, nothing prepared.
+pub async fn pool_only_deadpool(server: &Server) -> Deadpool {
+    let manager =
+        deadpool_postgres::Manager::new(server.config("slotpool-bench-pool-only-deadpool"), NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .build()
+        .expect("valid bench configuration");
+    let mut held = Vec::new();
+    for _ in 0..POOL_SIZE {
+        held.push(
+            pool.get()
+                .await
+                .expect("the bench server accepts connections"),
+        );
+    }
+    drop(held);
+    assert_eq!(pool.status().available, POOL_SIZE);
+    Deadpool(pool)
+}
+
+/// bb8-postgres's pool without the check on checkout (an empty query), its 16 connections
+/// open.
+pub async fn pool_only_bb8(server: &Server) -> Bb8Plain {
+    let manager =
+        PostgresConnectionManager::new(server.config("slotpool-bench-pool-only-bb8"), NoTls);
+    let pool = bb8::Pool::builder()
+        .max_size(POOL_SIZE as u32)
+        .test_on_check_out(false)
+        .build(manager)
+        .await
+        .expect("the bench server accepts connections");
+    let mut held = Vec::new();
+    for _ in 0..POOL_SIZE {
+        held.push(
+            pool.get()
+                .await
+                .expect("the bench server accepts connections"),
+        );
+    }
+    drop(held);
+    assert_eq!(pool.state().idle_connections, POOL_SIZE as u32);
+    Bb8Plain(pool)
+}
+
+/// asyncband's bounded pool at its defaults with its 16 connections open.
+pub async fn pool_only_asyncband(server: &Server) -> AsyncbandPg {
+    let manager = AsyncbandPgManager(server.config("slotpool-bench-pool-only-asyncband"));
+    let pool = bounded::Pool::new(bounded::PoolConfig::new(POOL_SIZE), manager);
+    let mut held = Vec::new();
+    for _ in 0..POOL_SIZE {
+        held.push(
+            pool.get()
+                .await
+                .expect("the bench server accepts connections"),
+        );
+    }
+    drop(held);
+    let status = pool.status();
+    assert_eq!(
+        (status.current_size, status.idle_count),
+        (POOL_SIZE, POOL_SIZE)
+    );
+    AsyncbandPg(pool)
+}
+
+/// The hand-rolled pool with its 16 connections open.
+pub async fn semaphore_mutex(server: &Server) -> SemaphoreMutex {
+    let config = server.config("slotpool-bench-pool-only-semaphore-mutex");
+    let mut clients = Vec::with_capacity(POOL_SIZE);
+    for _ in 0..POOL_SIZE {
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .expect("the bench server accepts connections");
+        tokio::spawn(connection);
+        clients.push(client);
+    }
+    let pool = SemaphoreMutex::new(clients);
+    assert_eq!(pool.idle(), POOL_SIZE);
+    pool
+}
+
 // ---------------------------------------------------------------------------------------------
 // Runners
 // ---------------------------------------------------------------------------------------------
@@ -503,6 +861,30 @@ pub async fn run<P: Select>(
     let histograms = join_all(handles).await;
     let elapsed = start.elapsed();
     (elapsed, merge_waits(histograms))
+}
+
+/// `tasks` tasks on the callers' runtime sharing about `ops` checkouts through `pool`: the
+/// checkouts done and the wall time for all.
+pub fn checkouts_on(
+    rt: &Runtime,
+    pool: &Arc<impl Checkout>,
+    tasks: usize,
+    ops: u64,
+) -> (u64, Duration) {
+    let (per, done) = split(ops, tasks);
+    (done, rt.block_on(checkouts_spread(pool, tasks, per)))
+}
+
+/// Runs [`checkouts_on`] on `pool` with `tasks` tasks.
+fn checkout_runner<'a, P: Checkout>(
+    rt: &'a Runtime,
+    pool: &'a Arc<P>,
+    tasks: usize,
+) -> Box<dyn FnMut(u64) -> Sample + 'a> {
+    Box::new(move |ops| {
+        let (done, elapsed) = checkouts_on(rt, pool, tasks, ops);
+        Sample::timed(done, elapsed)
+    })
 }
 
 /// Runs [`run`] on `pool` with `tasks` tasks sharing about `ops` queries.
@@ -547,14 +929,22 @@ pub fn compare_only(
         .into_iter()
         .filter(|&c| want(&case_name(c)))
         .collect();
-    if wanted.is_empty() {
+    let pool_only: Vec<(&str, usize)> = POOL_ONLY
+        .into_iter()
+        .filter(|(name, _)| want(name))
+        .collect();
+    if wanted.is_empty() && pool_only.is_empty() {
         return Ok(Vec::new());
     }
     let pg = Pg::start(&Server::default_state())?;
-    Ok(wanted
+    let mut records: Vec<Record> = wanted
         .into_iter()
         .flat_map(|concurrency| case(&pg, concurrency, settings))
-        .collect())
+        .collect();
+    for (name, tasks) in pool_only {
+        records.extend(pool_only_case(&pg, name, tasks, settings));
+    }
+    Ok(records)
 }
 
 fn case(pg: &Pg, concurrency: usize, settings: &Settings) -> Vec<Record> {
@@ -573,4 +963,20 @@ fn case(pg: &Pg, concurrency: usize, settings: &Settings) -> Vec<Record> {
         impls.push(("no-pool-rotating", runner(rt, &pg.rotating, tasks)));
     }
     interleave(&case_name(concurrency), ops, settings, impls)
+}
+
+fn pool_only_case(pg: &Pg, name: &str, tasks: usize, settings: &Settings) -> Vec<Record> {
+    let ops = split(settings.ops(POOL_ONLY_OPS, 1_000), tasks).1;
+    let (rt, p) = (&pg.rt, &pg.pool_only);
+    let impls: Vec<Runner<'_>> = vec![
+        ("slotpool", checkout_runner(rt, &p.slotpool, tasks)),
+        ("deadpool-postgres", checkout_runner(rt, &p.deadpool, tasks)),
+        ("bb8-postgres", checkout_runner(rt, &p.bb8, tasks)),
+        ("asyncband", checkout_runner(rt, &p.asyncband, tasks)),
+        (
+            "semaphore-mutex",
+            checkout_runner(rt, &p.semaphore_mutex, tasks),
+        ),
+    ];
+    interleave(name, ops, settings, impls)
 }
