@@ -75,7 +75,7 @@ use tokio::runtime::Handle;
 
 use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
-use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease};
+use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
 use crate::panic::{catch, report, CatchUnwind, Panic};
 use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
@@ -363,6 +363,33 @@ impl Counters {
 }
 
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
+    /// Puts a returned client back (a guard's drop). The caller ends the return
+    /// ([`Ending::end`]) once it holds no reference into the pool: in the common case that
+    /// clears the slot's `settling` flag; on the cold paths (closed, over the bound, the
+    /// slot's previous return still ending) it drops the reference `keep` took.
+    fn check_in(
+        &self,
+        lease: Lease,
+        pooled: Pooled<C, F>,
+        keep: impl FnOnce() -> Arc<ClientShared<C, F>>,
+    ) -> Ending<Arc<ClientShared<C, F>>> {
+        let stamp = self.time.recent();
+        match self.slots.check_in_unpinned(lease, pooled, stamp, keep) {
+            Unpinned::Settling(settling) => Ending::Settling(settling),
+            Unpinned::Pinned(kept, check_in) => {
+                match check_in {
+                    CheckIn::Kept => {}
+                    // Closed (or over the bound) before or while we returned it: the clients
+                    // that came back are dropped here (module docs, Lifetimes).
+                    CheckIn::Surplus(clients) | CheckIn::Trimmed(clients) => {
+                        self.dispose(clients, false)
+                    }
+                }
+                Ending::Pinned(kept)
+            }
+        }
+    }
+
     /// Drops every idle client (a closed pool's pass), releasing their channels now.
     fn drain_closed(&self) {
         self.dispose(
@@ -757,17 +784,21 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
         let (Some(lease), Some(pooled)) = (self.lease.take(), self.pooled.take()) else {
             return;
         };
-        // Our own count for the check-in: once the client is back in its cell, a `close`
-        // may drop it (and its anchor) while the table release still runs (see `Anchor`).
-        let anchor = Arc::clone(&pooled.anchor);
-        let shared = &anchor.shared;
-        let stamp = shared.time.recent();
-        match shared.slots.check_in(lease, pooled, stamp) {
-            CheckIn::Kept => {}
-            // Closed (or over the bound) before or while we returned it: the clients that
-            // came back are dropped here (module docs, Lifetimes).
-            CheckIn::Surplus(clients) | CheckIn::Trimmed(clients) => shared.dispose(clients, false),
+        // No reference count of our own: the client keeps the pool alive until the return
+        // ends (the slot's `settling` flag; see `Anchor`).
+        let anchor: *const CachePadded<Anchor<C, F>> = Arc::as_ptr(&pooled.anchor);
+        let keep = || {
+            // SAFETY: the anchor is ours until the client is in its cell, and stays alive
+            // while our `settling` flag is set; `keep` runs only then.
+            let anchor: &Anchor<C, F> = unsafe { &*anchor };
+            Arc::clone(&anchor.shared)
         };
+        let shared: *const ClientShared<C, F> = Arc::as_ptr(&pooled.anchor.shared);
+        // SAFETY: the client's anchor keeps the pool alive until the return ends; `ending`
+        // holds no reference into the pool.
+        let ending = unsafe { &*shared }.check_in(lease, pooled, keep);
+        // SAFETY: `check_in` has returned; nothing here touches the pool after this.
+        unsafe { ending.end() };
     }
 }
 

@@ -136,6 +136,45 @@
 //! so that sum never reads low: **values that exist never outnumber `size`** (except just
 //! after a shrink, until the surplus is retired).
 //!
+//! # Returning without a reference count
+//!
+//! A pool's guard is owned (`'static`): it must keep the table (and the pool state around it)
+//! alive by itself. Holding a reference count for that costs two locked RMWs per checkout
+//! beside the slot's two. But a value that is idle in its slot, or out with a holder, keeps
+//! the pool alive already when it carries the pool's reference itself (the managed pool's
+//! objects each hold one). The gap is the return: once the value is back in its cell and the
+//! slot released, a closing pass may take the value and drop it (and with it, perhaps, the
+//! last reference to the table) while the return still reads the bound and the gate.
+//!
+//! [`ExclusiveSlots::check_in_unpinned`] closes that gap with a flag per cell, `settling`:
+//!
+//! 1. The returning holder loads the flag; set means the slot's previous holder is still in
+//!    its own return, and this return takes the pinned path below. Otherwise it stores the
+//!    flag set (a plain store: only the slot's holder writes it while it is clear), then puts
+//!    the value in and releases the slot as [`ExclusiveSlots::check_in`] does.
+//! 2. After the release and the loads that follow it, the caller clears the flag with a
+//!    `Release` store ([`Settling::done`]), its last access.
+//! 3. Whoever takes a value out of the table for good (a reap's winner, a trim, `retain`, a
+//!    holder that retires its slot) first waits (`Acquire` loads, spinning) until the flag is
+//!    clear. A holder that merely checks the value out does not wait: it can only drop the
+//!    value by retiring its slot, which waits.
+//!
+//! So the value (and whatever it keeps alive) outlives every access of the return, and the
+//! flag's two stores are plain `mov`s: the return costs the table's one release RMW. The
+//! flag was stored before the value was published (the idle word's `Release` store, the
+//! release RMW), so anyone who reaches the value sees it set unless it was cleared.
+//!
+//! The **pinned path** is the cold one: the value is surplus, the release found the table
+//! over its bound (it runs the trimming pass, which may take its own value and would wait on
+//! its own flag), or the previous holder still settles. There the caller's `keep` closure
+//! takes a reference of its own (while the value still guarantees the table) and the flag is
+//! cleared at once, or never set.
+//!
+//! A settling return is a bounded number of steps with no lock but the gate's, whose holder
+//! waits on no flag, so the spins end. One requirement follows for executors: a waker that
+//! a return wakes must not run the woken task inline inside `wake` (tokio's never do), or a
+//! task that retires the handed-over value would spin on the flag of the return that woke it.
+//!
 //! # Closing values: the owner's half
 //!
 //! Every path that takes a value out of the table for good ([`ExclusiveSlots::retire_value`],
@@ -160,6 +199,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
@@ -168,8 +208,8 @@ use crate::slots::{
     Capacity, Generation, Phase, Reservation, SlotTable, SlotWord, TableStats, MAX_SLOTS,
 };
 use crate::sync::{
-    dekker_fence, spin, trace_transition, AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering,
-    UnsafeCell,
+    dekker_fence, spin, trace_transition, AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex,
+    Ordering, UnsafeCell,
 };
 
 /// The largest stamp an idle word holds (62 bits).
@@ -287,6 +327,11 @@ pub struct ExclusiveCell<T> {
     /// Checkouts of this slot, all incarnations. Written only by the slot's current holder
     /// (plain load and store: the hand-over CAS orders holders), read by statistics.
     checkouts: AtomicU64,
+    /// Set while a holder that returned the value without a reference to the table of its own
+    /// is still inside the return ([`ExclusiveSlots::check_in_unpinned`]); cleared by it, with
+    /// `Release`, as its last access. Whoever takes the value out of the table for good waits
+    /// for it to clear first (module docs, "Returning without a reference count").
+    settling: AtomicBool,
     /// The idle value. INVARIANT: accessed only by the holder of the slot's unit of load, or by
     /// the reaper that won the idle word (step 3); `Some` exactly while idle (module docs).
     value: UnsafeCell<Option<T>>,
@@ -306,6 +351,7 @@ impl<T> Default for ExclusiveCell<T> {
             idle: AtomicU64::new(IdleWord::EMPTY.0),
             born: AtomicU64::new(0),
             checkouts: AtomicU64::new(0),
+            settling: AtomicBool::new(false),
             value: UnsafeCell::new(None),
         }
     }
@@ -411,6 +457,112 @@ pub enum CheckIn<'a, T> {
     /// ran the trimming pass itself: these idle values (this one among them, perhaps) were
     /// retired and are the caller's to close.
     Trimmed(Retired<'a, T>),
+}
+
+/// What became of a value handed to [`ExclusiveSlots::check_in_unpinned`].
+#[must_use = "a settling return must end with `Settling::done`, and values that come back must be closed"]
+pub enum Unpinned<'a, T, K> {
+    /// Back in its slot (or handed to the oldest waiter), and nothing more to do but end the
+    /// return: the caller must call [`Settling::done`] once it holds no reference into the
+    /// table any more. Until then the value cannot leave the table for good, so whatever it
+    /// keeps alive (the table's owner) stays alive.
+    Settling(Settling),
+    /// The return needed more than the fast path: the previous holder of the slot was still
+    /// ending its own return, or the table was shrunk or closed. `keep` was called (while the
+    /// caller's value still kept the table alive) and what it returned is here, to be held
+    /// until the [`CheckIn`] beside it has been dealt with: from here on it is what keeps the
+    /// table alive.
+    Pinned(K, CheckIn<'a, T>),
+}
+
+impl<T, K> fmt::Debug for Unpinned<'_, T, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unpinned::Settling(_) => f.write_str("Settling"),
+            Unpinned::Pinned(_, check_in) => {
+                f.debug_tuple("Pinned").field(&check_in.is_kept()).finish()
+            }
+        }
+    }
+}
+
+/// How a return made by [`ExclusiveSlots::check_in_unpinned`] ends, for the pools that pass
+/// it up to the frame that holds no reference into the pool any more: the settling flag to
+/// clear, or the reference `keep` took, to drop.
+#[must_use = "a return ends with `Ending::end`"]
+pub enum Ending<K> {
+    /// Clear the slot's flag ([`Settling::done`]).
+    Settling(Settling),
+    /// Drop the caller's own reference.
+    Pinned(K),
+}
+
+impl<K> Ending<K> {
+    /// Ends the return: the last access to the table (which may be freed as this runs).
+    ///
+    /// # Safety
+    /// As for [`Settling::done`]: the caller holds no reference into the table or its owner
+    /// that it uses after this call.
+    #[inline]
+    pub unsafe fn end(self) {
+        match self {
+            // SAFETY: the caller's contract.
+            Ending::Settling(settling) => unsafe { settling.done() },
+            Ending::Pinned(kept) => drop(kept),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Ending<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ending::Settling(_) => f.write_str("Settling"),
+            Ending::Pinned(_) => f.write_str("Pinned"),
+        }
+    }
+}
+
+/// The end of a return made by [`ExclusiveSlots::check_in_unpinned`]: the slot's `settling`
+/// flag, cleared by [`Settling::done`]. Not tied to the table's lifetime on purpose (the
+/// table may be gone once it is done); dropping it without `done` leaves the flag set, and
+/// whoever then takes the value out for good would wait forever, so it panics in debug
+/// builds.
+pub struct Settling {
+    flag: NonNull<AtomicBool>,
+}
+
+impl Settling {
+    /// Ends the return: clears the slot's `settling` flag (`Release`, so that every access
+    /// the return made happens before whatever a waiting closer does next). This is the
+    /// return's last access to the table; the table may be freed before this call returns.
+    ///
+    /// # Safety
+    /// The table this came from has not been freed (it cannot be before this call: the value
+    /// the return put back keeps it alive until the flag clears), and the caller holds no
+    /// reference into the table or its owner that it uses after this call.
+    #[inline]
+    pub unsafe fn done(self) {
+        let flag = self.flag;
+        std::mem::forget(self);
+        // SAFETY: the flag lives in the table, which the caller's contract keeps alive up to
+        // this store (module docs, "Returning without a reference count").
+        unsafe { flag.as_ref() }.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        debug_assert!(
+            std::thread::panicking(),
+            "a settling return was dropped without `Settling::done`"
+        );
+    }
+}
+
+impl fmt::Debug for Settling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Settling")
+    }
 }
 
 impl<T> CheckIn<'_, T> {
@@ -1039,6 +1191,69 @@ impl<T> ExclusiveSlots<T> {
         CheckIn::Kept
     }
 
+    /// [`ExclusiveSlots::check_in`] for a caller whose only reference to the table (or to what
+    /// owns it) is the value it returns: the value keeps the table alive until it is back in
+    /// its slot, and after that the slot's `settling` flag does, until the caller ends the
+    /// return with [`Settling::done`]. So a return with nobody waiting takes the table's one
+    /// release RMW and no reference count (module docs, "Returning without a reference
+    /// count").
+    ///
+    /// `keep` is called only where the return needs the table past that point on another
+    /// footing: the value is surplus (the table was shrunk or closed), the return found the
+    /// table over its bound after its release (it runs the trimming pass), or the slot's
+    /// previous holder is still ending its own return. Its result comes back with the
+    /// [`CheckIn`] in [`Unpinned::Pinned`].
+    #[inline]
+    pub fn check_in_unpinned<K>(
+        &self,
+        lease: Lease,
+        value: T,
+        stamp: u64,
+        keep: impl FnOnce() -> K,
+    ) -> Unpinned<'_, T, K> {
+        if self.over_bound() {
+            return Unpinned::Pinned(keep(), self.check_in(lease, value, stamp));
+        }
+        let flag = self
+            .table
+            .with_slot(lease.index(), |slot| NonNull::from(&slot.data().settling))
+            .expect("a lease's slot exists while it is held");
+        // SAFETY: slots never move or go before the table, which our value keeps alive.
+        let settling = unsafe { flag.as_ref() };
+        if settling.load(Ordering::Acquire) {
+            // The previous holder is still between its release and its `done`: the flag is
+            // its. Return under the caller's own reference instead.
+            return Unpinned::Pinned(keep(), self.check_in(lease, value, stamp));
+        }
+        // Before the value is published (the idle word's `Release` store and the release RMW
+        // that follow), so whoever reaches the value through either sees the flag set.
+        settling.store(true, Ordering::Relaxed);
+        self.put_back(lease, value, stamp);
+        // Our release (SeqCst RMW) before these loads (see `check_in`).
+        dekker_fence();
+        if self.over_bound() {
+            // Overtaken by a shrink or a close: this return runs the trimming pass, which may
+            // take our own value and would wait for our flag. Pin the table first (our flag
+            // still keeps the value, and so the table, alive), then end the settling.
+            let kept = keep();
+            settling.store(false, Ordering::Release);
+            return Unpinned::Pinned(kept, CheckIn::Trimmed(self.trim()));
+        }
+        Unpinned::Settling(Settling { flag })
+    }
+
+    /// Waits until no return of slot `index` is still settling (a spin: a settling return is
+    /// a few loads from its end). Called by whoever takes a value out of the table for good,
+    /// before handing it over to be dropped.
+    fn await_settled(&self, index: usize) {
+        self.table.with_slot(index, |slot| {
+            let settling = &slot.data().settling;
+            while settling.load(Ordering::Acquire) {
+                spin();
+            }
+        });
+    }
+
     /// Puts `value` in the leased slot with `stamp` and releases the lease (which hands the
     /// slot to the oldest waiter, if any).
     #[inline]
@@ -1073,6 +1288,8 @@ impl<T> ExclusiveSlots<T> {
 
     /// Retires the leased slot; its unit of `live` is the caller's to account for.
     fn retire_slot(&self, lease: Lease) {
+        // The value leaves for good: not while the slot's previous holder still settles.
+        self.await_settled(lease.index());
         self.table.with_slot(lease.index(), |slot| {
             // No value to reap: a reaper that read the old Idle word fails its next CAS.
             slot.data().idle.store(IdleWord::EMPTY.0, Ordering::SeqCst);
@@ -1220,7 +1437,11 @@ impl<T> ExclusiveSlots<T> {
     fn take_at(&self, index: usize) -> Option<(Lease, T)> {
         let reservation = self.table.try_join_at(index)?;
         match self.admit(reservation, false)? {
-            Checkout::Idle { lease, value } => Some((lease, value)),
+            Checkout::Idle { lease, value } => {
+                // Trimming and `retain` may drop the value: not while its last holder settles.
+                self.await_settled(lease.index());
+                Some((lease, value))
+            }
             // Built again by the joiner: nothing was idle after all.
             Checkout::Vacant { lease } => {
                 self.retire(lease);
@@ -1327,6 +1548,10 @@ impl<T> ExclusiveSlots<T> {
             // see Empty and leave the value alone, and nobody can claim the slot before our
             // drain below.
             let value = unsafe { cell.take() };
+            // Handed out to be dropped: not while its last holder settles.
+            while cell.settling.load(Ordering::Acquire) {
+                spin();
+            }
             // INVARIANT: only the winner of the idle word retires an idle value's slot, so
             // the generation is the one we read.
             trace_transition!("exclusive: reaped {}", index);

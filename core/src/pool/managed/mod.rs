@@ -187,7 +187,7 @@ use time::{RecentClock, WaitClock};
 
 use crate::breaker::{Admission, Breaker};
 use crate::error::TryAcquireError;
-use crate::exclusive::{CheckIn, Checkout, ExclusiveSlots, Lease, Retired};
+use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Retired, Unpinned};
 use crate::panic::{catch, report, Panic};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering, Weak};
 
@@ -1118,23 +1118,35 @@ impl<M: Manager> Shared<M> {
     /// Takes an object back from its holder: into its slot idle (or to the oldest waiter),
     /// or dropped if it is past its lifetime or the pool is over its size or closed.
     #[inline]
-    fn check_in(&self, lease: Lease, pooled: Pooled<M>) {
-        let anchor = &pooled.anchor;
+    fn check_in(&self, lease: Lease, pooled: Pooled<M>) -> Ending<Arc<Shared<M>>> {
+        // The object's anchor: its memory stays put while the object moves into its cell.
+        let anchor: *const CachePadded<Anchor<M>> = Arc::as_ptr(&pooled.anchor);
+        // A reference of our own, for the paths that need the pool past the moment the object
+        // leaves our hands. SAFETY: called only while the object (and so its anchor) is ours,
+        // or in its cell with our `settling` flag set (no one can drop it then).
+        let keep = || {
+            // SAFETY: as above.
+            let anchor: &Anchor<M> = unsafe { &*anchor };
+            Arc::clone(&anchor.shared)
+        };
         // Not before its creation (which read the clock): the recent time may lag behind.
-        let stamp = self.time.recent().max(anchor.created);
+        let stamp = self.time.recent().max(pooled.anchor.created);
         if self
             .config
             .max_lifetime
-            .is_some_and(|lifetime| stamp.saturating_sub(anchor.created) >= lifetime)
+            .is_some_and(|lifetime| stamp.saturating_sub(pooled.anchor.created) >= lifetime)
         {
+            let kept = keep();
             self.discard(lease, pooled, Gone::Expired);
-            return;
+            return Ending::Pinned(kept);
         }
-        anchor.returned.store(stamp, Ordering::Relaxed);
-        match self.slots.check_in(lease, pooled, stamp) {
-            CheckIn::Kept => {}
-            CheckIn::Surplus(objects) | CheckIn::Trimmed(objects) => {
+        pooled.anchor.returned.store(stamp, Ordering::Relaxed);
+        match self.slots.check_in_unpinned(lease, pooled, stamp, keep) {
+            Unpinned::Settling(settling) => Ending::Settling(settling),
+            Unpinned::Pinned(kept, CheckIn::Kept) => Ending::Pinned(kept),
+            Unpinned::Pinned(kept, CheckIn::Surplus(objects) | CheckIn::Trimmed(objects)) => {
                 self.dispose(objects, Gone::Surplus);
+                Ending::Pinned(kept)
             }
         }
     }

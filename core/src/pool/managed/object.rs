@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use super::{Manager, Meta, Pooled, Step};
+use super::{Manager, Meta, Pooled, Shared, Step};
 use crate::exclusive::Lease;
 use crate::panic::catch;
 use crate::sync::Arc;
@@ -127,10 +127,14 @@ impl<M: Manager> Drop for Object<M> {
         let Some((lease, pooled)) = self.held.take() else {
             return;
         };
-        // Our own count for the check-in: once the object is back in its cell, a `close` may
-        // drop it (and its anchor) while the table release still runs.
-        let anchor = Arc::clone(&pooled.anchor);
-        anchor.shared.check_in(lease, pooled);
+        // No reference count of our own: the object keeps the pool alive until the return
+        // ends (the slot's `settling` flag; see `exclusive`, "Returning without a reference
+        // count").
+        let shared: *const Shared<M> = Arc::as_ptr(&pooled.anchor.shared);
+        // SAFETY: the object's anchor, and so the pool, is alive until the return ends.
+        let ending = unsafe { &*shared }.check_in(lease, pooled);
+        // SAFETY: `check_in` has returned; nothing here touches the pool after this.
+        unsafe { ending.end() };
     }
 }
 
