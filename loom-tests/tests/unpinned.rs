@@ -300,10 +300,11 @@ fn a_return_racing_the_reaper_and_the_last_handles_drop() {
     ]);
 }
 
-/// Two returns of one slot back to back: the second holder checked the value out while the
-/// first return was still settling, and returns it at once. It must not take the flag the
-/// first return still owns (it returns under a reference of its own instead), and neither
-/// return may outlive the pool, which the other thread closes and drops.
+/// Two returns of one slot back to back, racing the pool's close and the drop of its last
+/// handle: the second holder checked the value out while the first return was still settling,
+/// and returns it at once. It must not take the flag the first return still owns (it returns
+/// under a reference of its own instead): the first return's `done` would end the second's
+/// protection while the second still reads the table.
 #[test]
 fn a_return_while_the_previous_return_of_its_slot_settles() {
     let reach = model(|reach| {
@@ -320,15 +321,15 @@ fn a_return_while_the_previous_return_of_its_slot_settles() {
             drop(second_pool);
             taken.map(|(lease, value)| give_back(&second_window, lease, value, 2))
         });
+        pool.slots.close();
+        drop(pool.slots.reap(|_| true));
+        drop(pool);
         let first_path = first.join().unwrap();
         let second_path = second.join().unwrap();
         reach.hit_if(
             first_path == Path::Settled && second_path == Some(Path::PinnedKept),
             "the second return found the first still settling",
         );
-        pool.slots.close();
-        drop(pool.slots.reap(|_| true));
-        drop(pool);
         assert!(freed.load(Ordering::SeqCst), "the pool was not freed");
     });
     reach
