@@ -14,9 +14,10 @@
 //!
 //! `--faults` runs the fault bench instead (`slotpool_bench::faults`): the PostgreSQL pools
 //! under a restart, terminated backends, an outage, a blackhole and slow queries, against a
-//! server of its own; a table of failures, late callers, leaks, recovery times and connection
-//! attempts, and the records as JSON (default `target/slotpool-bench/faults.json`). It fails
-//! when slotpool's pool leaks in any scenario.
+//! server of its own, then the stream pools over tonic (slotpool's and R1's) with their peer
+//! killed, blackholed and slowed; a table of failures, late callers, leaks, recovery times and
+//! connection attempts, and the records as JSON (default `target/slotpool-bench/faults.json`).
+//! It fails when slotpool's pool leaks in any scenario.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,8 +41,8 @@ usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PRE
   --scaling       run the contended cases at several worker counts instead (for a machine
                   with many cores; default JSON results-scaling.json)
   --workers LIST  worker counts for --scaling, comma-separated (default 1,2,4,8,16)
-  --faults        run the PostgreSQL fault scenarios instead (faults/postgres-*; about
-                  two minutes, one with --quick; default JSON faults.json)
+  --faults        run the fault scenarios instead (faults/postgres-*, then faults/tonic-*;
+                  about two and a half minutes; default JSON faults.json)
   -h, --help      this message";
 
 struct Args {

@@ -14,13 +14,21 @@
 //! cargo test -p slotpool-bench --test faults
 //! ```
 //!
-//! Without `SLOTPOOL_PG` every test prints that it is skipped and passes, unless
-//! `SLOTPOOL_PG_REQUIRED=1`. The runs take turns (each loads the machine with 16 callers, and
-//! a neighbour's load would make callers late for reasons not the pool's).
+//! Without `SLOTPOOL_PG` every PostgreSQL test prints that it is skipped and passes, unless
+//! `SLOTPOOL_PG_REQUIRED=1`.
+//!
+//! The tonic scenarios (`faults/tonic-*`: slotpool's stream pool over tonic to the bench's
+//! in-process server, through the proxy) need nothing outside the process and always run,
+//! with shorter windows than the bench's ([`peer_timing`]): the peer killed or blackholed for
+//! 1.2 s (past the callers' 1 s deadline), 5% of requests slowed for 0.5 s.
+//!
+//! The runs take turns (each loads the machine with 16 callers, and a neighbour's load would
+//! make callers late for reasons not the pool's).
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use slotpool_bench::faults::{self, Cluster, FaultRecord, Impl, Scenario, Timing};
+use slotpool_bench::faults::{self, tonic, Cluster, FaultRecord, Impl, Scenario, Timing};
 
 /// One run at a time.
 static TURN: Mutex<()> = Mutex::new(());
@@ -135,4 +143,77 @@ fn restart_and_outage_recover_and_account() {
     }
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
+}
+
+/// The tonic tests' timing: shorter stretches than the bench's, the fault still longer than
+/// the callers' deadline.
+fn peer_timing() -> Timing {
+    Timing {
+        pre: Duration::from_millis(600),
+        post: Duration::from_millis(800),
+        slow_for: Duration::from_millis(500),
+        peer_down: Duration::from_millis(1200),
+    }
+}
+
+/// Runs the tonic `scenario` on slotpool's stack and checks what every scenario must end
+/// with: no leak, no late caller, a success after the fault, and the streams the pool counts
+/// open are those the server has open.
+fn check_peer(scenario: tonic::Scenario) -> FaultRecord {
+    let _turn = turn();
+    let record = tonic::run(scenario, tonic::Impl::Slotpool, &peer_timing())
+        .unwrap_or_else(|error| panic!("{}: {error}", scenario.case()));
+    eprintln!("{record:?}");
+    assert_eq!(
+        record.leaked, 0,
+        "{}: the pool leaked: {record:?}",
+        record.case
+    );
+    assert_eq!(
+        record.late, 0,
+        "{}: callers past their deadline: {record:?}",
+        record.case
+    );
+    assert!(
+        record.recovery_ns.is_some(),
+        "{}: no success after the fault: {record:?}",
+        record.case
+    );
+    assert_eq!(
+        record.pool_size_end as i64, record.live_end,
+        "{}: the streams the pool counts open are not those the server has open",
+        record.case
+    );
+    record
+}
+
+#[test]
+fn killed_peer_is_reconnected_and_accounted() {
+    let record = check_peer(tonic::Scenario::Kill);
+    assert!(
+        record.failed > 0,
+        "the peer went away unnoticed: {record:?}"
+    );
+    assert!(
+        record.connects > 0,
+        "no reconnection attempt during the kill: {record:?}"
+    );
+}
+
+#[test]
+fn blackholed_peer_recovers_and_accounts() {
+    let record = check_peer(tonic::Scenario::Blackhole);
+    // Every request in flight waited out its caller's deadline; nothing was closed, so
+    // nothing needed a new connection.
+    assert!(
+        record.failed > 0,
+        "the blackhole failed no request: {record:?}"
+    );
+    assert_eq!(record.connects, 0, "{record:?}");
+}
+
+#[test]
+fn slow_peer_fails_nothing() {
+    let record = check_peer(tonic::Scenario::Slow);
+    assert_eq!(record.failed, 0, "{record:?}");
 }

@@ -7,6 +7,11 @@
 //! The fault bench compares [`Counts::live`] with what the pool says it holds: a pool that
 //! counts a connection that no longer exists (or forgets one that does) has leaked.
 //!
+//! The blackhole proxy ([`super::proxy`]) counts the connections it carries in a [`Counts`]
+//! too (an attempt per accepted connection, a live one per connection it forwards): the
+//! tonic scenarios, whose channels reconnect inside tonic where no manager sees them, count
+//! their connection attempts there.
+//!
 //! This file owns the counting; the checks before reuse stay the wrapped manager's.
 
 use std::ops::{Deref, DerefMut};
@@ -51,6 +56,22 @@ impl Counts {
     /// Connections that exist now.
     pub fn live(&self) -> i64 {
         self.live.load(Ordering::SeqCst)
+    }
+
+    /// Notes a connection attempt beginning now.
+    pub(crate) fn attempt(&self) {
+        self.attempts.lock().push(Instant::now());
+    }
+
+    /// Counts `inner` as a connection made, and as one that exists until the returned value
+    /// is dropped.
+    pub(crate) fn track<T>(self: &Arc<Self>, inner: T) -> Tracked<T> {
+        self.connected.fetch_add(1, Ordering::SeqCst);
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Tracked {
+            inner,
+            counts: Arc::clone(self),
+        }
     }
 }
 
@@ -108,14 +129,9 @@ impl<M> Counted<M> {
         &self,
         attempt: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<Tracked<T>, E> {
-        self.counts.attempts.lock().push(Instant::now());
+        self.counts.attempt();
         let inner = attempt.await?;
-        self.counts.connected.fetch_add(1, Ordering::SeqCst);
-        self.counts.live.fetch_add(1, Ordering::SeqCst);
-        Ok(Tracked {
-            inner,
-            counts: Arc::clone(&self.counts),
-        })
+        Ok(self.counts.track(inner))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The fault bench (`slotpool-bench --faults`): what each PostgreSQL pool does to its callers
 //! when the server misbehaves under load, and whether it accounts for every connection
-//! afterwards.
+//! afterwards; then the same for the stream pool over tonic when its peer is killed,
+//! blackholed or slowed, beside R1's ([`tonic`], `faults/tonic-*`).
 //!
 //! 16 tasks run `SELECT 1` back to back through a pool of 16, one implementation at a time,
 //! against a throwaway server of the bench's own ([`Cluster::start`]); a fault is injected
@@ -47,19 +48,27 @@
 //! * `peak_backends`: the most backends the server showed for the pool's `application_name`
 //!   (sampled every [`SAMPLE_EVERY`] on a connection of its own).
 //!
+//! The tonic scenarios fill in the same record, with their own accounting, connection count
+//! and peak (see [`tonic`]).
+//!
 //! The bench checks slotpool's records: a `leaked` above 0 fails the run. The tests
-//! (`tests/faults.rs`) run the scenarios that take seconds through the same [`run`].
+//! (`tests/faults.rs`) run the scenarios that take seconds through the same [`run`] and
+//! [`tonic::run`].
 //!
 //! | file | owns |
 //! |---|---|
-//! | `mod.rs` | the scenarios, the load, the accounting and the records |
-//! | `proxy.rs` | the blackhole proxy |
+//! | `mod.rs` | the PostgreSQL scenarios and their accounting, the records, the bench and its table |
+//! | `measure.rs` | what every scenario measures: the callers, the fault between two stretches of load, and the timeline (failures, late callers, recovery, return to full throughput) |
+//! | `tonic.rs` | the tonic scenarios: the two stream pool stacks, their operation and accounting |
+//! | `proxy.rs` | the blackhole proxy (also the tonic scenarios' connection counter) |
 //! | `counted.rs` | the counting manager wrapper |
 //! | `pools.rs` | the three pools, built over [`Counted`] managers, and one operation on each |
 
 pub mod counted;
+mod measure;
 mod pools;
 pub mod proxy;
+pub mod tonic;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -73,11 +82,13 @@ use tokio::runtime::Runtime;
 use tokio_postgres::{Config, NoTls};
 
 use crate::cases::postgres::{Server, POOL_SIZE, WORKERS};
-use crate::fixtures::{join_all, multi_thread, nanos};
+use crate::fixtures::multi_thread;
 
 pub use counted::{Counted, Counts, Tracked};
 pub use pools::{FaultPool, Gauges, Outcome};
 pub use proxy::Proxy;
+
+use measure::Done;
 
 /// Tasks running queries.
 pub const TASKS: usize = 16;
@@ -189,17 +200,21 @@ pub struct Timing {
     pub pre: Duration,
     /// Load after the fault ends.
     pub post: Duration,
-    /// How long `faults/postgres-slow` slows queries.
+    /// How long `faults/postgres-slow` slows queries, and `faults/tonic-slow` requests.
     pub slow_for: Duration,
+    /// How long the tonic peer is down in `faults/tonic-kill` and silenced in
+    /// `faults/tonic-blackhole` (the PostgreSQL scenarios keep [`OUTAGE`] and [`BLACKHOLE`]).
+    pub peer_down: Duration,
 }
 
 impl Timing {
-    /// The bench's default: all 15 runs in about two minutes.
+    /// The bench's default: all 21 runs in about two and a half minutes.
     pub fn full() -> Self {
         Self {
             pre: Duration::from_millis(1500),
             post: Duration::from_secs(3),
             slow_for: Duration::from_secs(3),
+            peer_down: Duration::from_secs(2),
         }
     }
 
@@ -209,6 +224,7 @@ impl Timing {
             pre: Duration::from_secs(1),
             post: Duration::from_millis(1500),
             slow_for: Duration::from_secs(1),
+            peer_down: Duration::from_secs(2),
         }
     }
 }
@@ -388,7 +404,7 @@ async fn sample_backends(cluster: Arc<Cluster>, name: String, stop: Arc<AtomicBo
 /// One implementation's result in one scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct FaultRecord {
-    /// `faults/postgres-...`.
+    /// `faults/postgres-...` or `faults/tonic-...`.
     pub case: String,
     /// The implementation.
     #[serde(rename = "impl")]
@@ -399,7 +415,8 @@ pub struct FaultRecord {
     pub failed_get: u64,
     /// Operations that ended past their caller's deadline (see the module docs).
     pub late: u64,
-    /// Connections and units of capacity unaccounted for once the load stopped; must be 0.
+    /// Connections (tonic: streams and clients) and units of capacity unaccounted for once
+    /// the load stopped; must be 0.
     pub leaked: u64,
     /// From the fault's end to the first success; `None`: none came.
     pub recovery_ns: Option<u64>,
@@ -407,7 +424,7 @@ pub struct FaultRecord {
     pub full_ns: Option<u64>,
     /// Connection attempts during the fault (see the module docs).
     pub connects: u64,
-    /// The most backends the server had open for the pool.
+    /// The most backends the server had open for the pool (tonic: the most streams).
     pub peak_backends: i64,
     /// All operations of the run.
     pub ops: u64,
@@ -417,22 +434,14 @@ pub struct FaultRecord {
     pub fault_ns: u64,
     /// Connection attempts from the fault's start to the end of the load.
     pub connects_after_fault: u64,
-    /// What the pool counted at the end (its size), after every check.
+    /// What the pool counted at the end (its size), after every check (tonic: the streams it
+    /// counts open).
     pub pool_size_end: usize,
-    /// What the manager counted as open at the end.
+    /// What the manager counted as open at the end (tonic: the streams the server has open).
     pub live_end: i64,
     /// What the server showed at the end, once it agreed with the manager (or [`SETTLE`]
-    /// passed).
+    /// passed) (tonic: the connections the proxy carries).
     pub backends_end: i64,
-}
-
-/// One operation as a caller saw it, in time since the run began.
-#[derive(Debug, Clone, Copy)]
-struct Op {
-    ended: Duration,
-    ok: bool,
-    failed_get: bool,
-    late: bool,
 }
 
 /// The switch of the slow scenario and its turn counter, shared by the callers.
@@ -448,36 +457,6 @@ impl Slowdown {
         self.on.load(Ordering::Relaxed)
             && self.turn.fetch_add(1, Ordering::Relaxed) % SLOW_EVERY == 0
     }
-}
-
-/// One caller: operations back to back until `stop`, pausing after a failure.
-async fn caller(
-    pool: Arc<FaultPool>,
-    start: Instant,
-    stop: Arc<AtomicBool>,
-    slowdown: Arc<Slowdown>,
-) -> Vec<Op> {
-    let mut ops = Vec::with_capacity(16 * 1024);
-    while !stop.load(Ordering::Relaxed) {
-        let outcome = pool.op(slowdown.this_one()).await;
-        ops.push(Op {
-            ended: start.elapsed(),
-            ok: outcome.ok,
-            failed_get: outcome.failed_get,
-            late: outcome.got > GET_DEADLINE + GRACE || outcome.queried > QUERY_DEADLINE + GRACE,
-        });
-        if !outcome.ok {
-            tokio::time::sleep(ERROR_PAUSE).await;
-        }
-    }
-    ops
-}
-
-/// When the fault began and ended, in time since the run began.
-#[derive(Debug, Clone, Copy)]
-struct FaultSpan {
-    start: Duration,
-    end: Duration,
 }
 
 /// Runs `scenario` on `which` against `cluster`: builds the pool (16 connections open),
@@ -527,83 +506,56 @@ pub fn run(
         name.clone(),
         Arc::clone(&stop_sampling),
     ));
-    let stop = Arc::new(AtomicBool::new(false));
     let slowdown = Arc::new(Slowdown::default());
-    let start = Instant::now();
-    let callers: Vec<_> = (0..TASKS)
-        .map(|_| {
-            rt.spawn(caller(
-                Arc::clone(&pool),
-                start,
-                Arc::clone(&stop),
-                Arc::clone(&slowdown),
-            ))
-        })
-        .collect();
-
-    std::thread::sleep(timing.pre);
-    let fault_start = start.elapsed();
-    let injected = inject(
-        scenario,
-        cluster,
-        &control,
-        proxy.as_ref(),
-        &slowdown,
-        &name,
+    let loaded = measure::drive(
+        &rt,
         timing,
+        |start, stop| {
+            let pool = Arc::clone(&pool);
+            let slowdown = Arc::clone(&slowdown);
+            measure::caller(start, stop, move || {
+                let pool = Arc::clone(&pool);
+                let slow = slowdown.this_one();
+                async move {
+                    let outcome = pool.op(slow).await;
+                    Done {
+                        ok: outcome.ok,
+                        failed_get: outcome.failed_get,
+                        late: outcome.got > GET_DEADLINE + GRACE
+                            || outcome.queried > QUERY_DEADLINE + GRACE,
+                    }
+                }
+            })
+        },
+        || {
+            inject(
+                scenario,
+                cluster,
+                &control,
+                proxy.as_ref(),
+                &slowdown,
+                &name,
+                timing,
+            )
+        },
     );
-    let span = FaultSpan {
-        start: fault_start,
-        end: start.elapsed(),
-    };
-    if let Err(error) = injected {
-        stop.store(true, Ordering::Relaxed);
-        stop_sampling.store(true, Ordering::Relaxed);
-        let _ = rt.block_on(join_all(callers));
-        return Err(error);
-    }
-    std::thread::sleep(timing.post);
-    stop.store(true, Ordering::Relaxed);
-    let load_end = start.elapsed();
-    let mut ops: Vec<Op> = rt
-        .block_on(join_all(callers))
-        .into_iter()
-        .flatten()
-        .collect();
-    ops.sort_by_key(|op| op.ended);
     stop_sampling.store(true, Ordering::Relaxed);
     let peak_backends = control.block_on(sampler).unwrap_or(0);
+    let loaded = loaded?;
 
     let leaks = rt.block_on(account(&pool));
     let backends_end = control.block_on(server_agrees(cluster, &name, &counts));
 
-    let recovery = ops
-        .iter()
-        .find(|op| op.ok && op.ended >= span.end)
-        .map(|op| op.ended - span.end);
-    let pre_rate = pre_rate(&ops, span.start);
-    let full = full_after(&ops, span.end, load_end, pre_rate);
-    let connects_until = span.end + recovery.unwrap_or_default();
-    let at = |offset: Duration| start + offset;
-    let record = FaultRecord {
-        case: scenario.case().to_string(),
-        impl_name: which.name().to_string(),
-        failed: ops.iter().filter(|op| !op.ok).count() as u64,
-        failed_get: ops.iter().filter(|op| op.failed_get).count() as u64,
-        late: ops.iter().filter(|op| op.late).count() as u64,
-        leaked: leaks.leaked,
-        recovery_ns: recovery.map(nanos),
-        full_ns: full.map(nanos),
-        connects: counts.attempts_between(at(span.start), at(connects_until)),
-        peak_backends,
-        ops: ops.len() as u64,
-        pre_ops_per_s: pre_rate,
-        fault_ns: nanos(span.end - span.start),
-        connects_after_fault: counts.attempts_between(at(span.start), Instant::now()),
-        pool_size_end: leaks.pool_size,
-        live_end: counts.live(),
-        backends_end,
-    };
+    let mut record = loaded.record(scenario.case(), which.name());
+    record.leaked = leaks.leaked;
+    record.connects =
+        counts.attempts_between(loaded.at(loaded.span.start), loaded.connects_until());
+    record.peak_backends = peak_backends;
+    record.connects_after_fault =
+        counts.attempts_between(loaded.at(loaded.span.start), Instant::now());
+    record.pool_size_end = leaks.pool_size;
+    record.live_end = counts.live();
+    record.backends_end = backends_end;
     // The pool first (its connections close on the runtime), then the runtimes.
     drop(pool);
     drop(proxy);
@@ -685,44 +637,6 @@ async fn terminate(cluster: &Cluster, name: &str) -> Result<(), String> {
     }
 }
 
-/// Successful operations per second over the steady stretch (after [`WARMUP`]).
-fn pre_rate(ops: &[Op], fault_start: Duration) -> f64 {
-    let Some(span) = fault_start.checked_sub(WARMUP).filter(|s| !s.is_zero()) else {
-        return 0.0;
-    };
-    let done = ops
-        .iter()
-        .filter(|op| op.ok && op.ended >= WARMUP && op.ended < fault_start)
-        .count();
-    done as f64 / span.as_secs_f64()
-}
-
-/// From `fault_end` to the start of the first [`WINDOW`] (in 10 ms steps) whose successes
-/// reach 90% of `pre_rate`; `None` when none does before `load_end`.
-fn full_after(
-    ops: &[Op],
-    fault_end: Duration,
-    load_end: Duration,
-    pre_rate: f64,
-) -> Option<Duration> {
-    if pre_rate <= 0.0 {
-        return None;
-    }
-    let wanted = 0.9 * pre_rate * WINDOW.as_secs_f64();
-    let step = Duration::from_millis(10);
-    let ended: Vec<Duration> = ops.iter().filter(|op| op.ok).map(|op| op.ended).collect();
-    let mut from = fault_end;
-    while from + WINDOW <= load_end {
-        let first = ended.partition_point(|&t| t < from);
-        let last = ended.partition_point(|&t| t < from + WINDOW);
-        if (last - first) as f64 >= wanted {
-            return Some(from - fault_end);
-        }
-        from += step;
-    }
-    None
-}
-
 /// What the accounting found once the load stopped.
 #[derive(Debug, Clone, Copy)]
 struct Leaks {
@@ -784,33 +698,71 @@ async fn server_agrees(cluster: &Cluster, name: &str, counts: &Counts) -> i64 {
 // The bench
 // ---------------------------------------------------------------------------------------------
 
-/// Every scenario the `want` filter accepts (by case name), on every implementation, against
-/// a server of the bench's own ([`Cluster::default_state`]). Prints a line per run as it goes.
+/// Every scenario the `want` filter accepts (by case name), on every implementation: the
+/// PostgreSQL ones against a server of the bench's own ([`Cluster::default_state`]), then the
+/// tonic ones ([`tonic::run`], which need nothing outside the process). Prints a line per run
+/// as it goes. Where no PostgreSQL server can be started its scenarios are skipped (with a
+/// line saying why) and the tonic ones still run.
 ///
 /// # Errors
-/// Why no server could be started: the fault bench is skipped.
+/// Why no PostgreSQL server could be started, when no tonic scenario was wanted either: the
+/// fault bench is skipped.
 pub fn compare(timing: &Timing, want: impl Fn(&str) -> bool) -> Result<Vec<FaultRecord>, String> {
     let scenarios: Vec<Scenario> = Scenario::ALL
         .into_iter()
         .filter(|s| want(s.case()))
         .collect();
-    if scenarios.is_empty() {
-        return Ok(Vec::new());
-    }
-    let cluster = Arc::new(Cluster::start(&Cluster::default_state())?);
+    let peer_faults: Vec<tonic::Scenario> = tonic::Scenario::ALL
+        .into_iter()
+        .filter(|s| want(s.case()))
+        .collect();
     let mut records = Vec::new();
-    for scenario in scenarios {
-        for which in Impl::ALL {
-            match run(&cluster, scenario, which, timing) {
-                Ok(record) => {
-                    println!("{}", row(&record));
-                    records.push(record);
+    if !scenarios.is_empty() {
+        match Cluster::start(&Cluster::default_state()) {
+            Ok(cluster) => {
+                let cluster = Arc::new(cluster);
+                for scenario in scenarios {
+                    for which in Impl::ALL {
+                        report(
+                            scenario.case(),
+                            which.name(),
+                            run(&cluster, scenario, which, timing),
+                            &mut records,
+                        );
+                    }
                 }
-                Err(error) => println!("{} {}: failed: {error}", scenario.case(), which.name()),
             }
+            Err(reason) if peer_faults.is_empty() => return Err(reason),
+            Err(reason) => println!("faults/postgres-*: skipped: {reason}"),
+        }
+    }
+    for scenario in peer_faults {
+        for which in tonic::Impl::ALL {
+            report(
+                scenario.case(),
+                which.name(),
+                tonic::run(scenario, which, timing),
+                &mut records,
+            );
         }
     }
     Ok(records)
+}
+
+/// Prints one run's row (or why it failed) and keeps its record.
+fn report(
+    case: &str,
+    impl_name: &str,
+    result: Result<FaultRecord, String>,
+    records: &mut Vec<FaultRecord>,
+) {
+    match result {
+        Ok(record) => {
+            println!("{}", row(&record));
+            records.push(record);
+        }
+        Err(error) => println!("{case} {impl_name}: failed: {error}"),
+    }
 }
 
 const HEADER: &str = "case                        impl               failed (get)  late leaked  recovery ms   full ms connects  peak";

@@ -10,11 +10,14 @@
 //! resume everything held is delivered in order, so a connection whose caller gave up on a
 //! query is still a good connection (its late answers are the driver's to discard).
 //!
-//! This file owns the sockets and the switch; it knows nothing of PostgreSQL or pools.
+//! It counts what it carries in a [`Counts`]: each accepted connection is an attempt (also one
+//! whose upstream refuses it: the server is down), each one forwarded is live until either
+//! side ends it.
+//!
+//! This file owns the sockets and the switch; it knows nothing of PostgreSQL, gRPC or pools.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,6 +25,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
+
+use super::counted::Counts;
 
 /// Bytes a pipe reads at a time.
 const CHUNK: usize = 16 * 1024;
@@ -34,8 +39,8 @@ pub struct Proxy {
     addr: SocketAddr,
     /// `true` while forwarding is stopped.
     paused: watch::Sender<bool>,
-    /// Connections accepted so far (connection attempts that reached the proxy).
-    accepted: Arc<AtomicU64>,
+    /// Connections accepted (attempts that reached the proxy) and those carried now.
+    counts: Arc<Counts>,
     /// The accept loop; it owns the pipes' tasks.
     task: JoinHandle<()>,
 }
@@ -50,12 +55,12 @@ impl Proxy {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let (paused, watching) = watch::channel(false);
-        let accepted = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(accept(listener, upstream, watching, Arc::clone(&accepted)));
+        let counts = Arc::new(Counts::default());
+        let task = tokio::spawn(accept(listener, upstream, watching, Arc::clone(&counts)));
         Ok(Self {
             addr,
             paused,
-            accepted,
+            counts,
             task,
         })
     }
@@ -77,7 +82,13 @@ impl Proxy {
 
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::Relaxed)
+        self.counts.attempts()
+    }
+
+    /// What it carried: an attempt per accepted connection ([`Counts::attempts_between`]
+    /// says when), and the connections it forwards now ([`Counts::live`]).
+    pub fn counts(&self) -> &Arc<Counts> {
+        &self.counts
     }
 }
 
@@ -93,15 +104,15 @@ async fn accept(
     listener: TcpListener,
     upstream: SocketAddr,
     paused: watch::Receiver<bool>,
-    accepted: Arc<AtomicU64>,
+    counts: Arc<Counts>,
 ) {
     let mut pipes = JoinSet::new();
     loop {
         tokio::select! {
             incoming = listener.accept() => {
                 let Ok((client, _)) = incoming else { continue };
-                accepted.fetch_add(1, Ordering::Relaxed);
-                pipes.spawn(carry(client, upstream, paused.clone()));
+                counts.attempt();
+                pipes.spawn(carry(client, upstream, paused.clone(), Arc::clone(&counts)));
             }
             // Reap finished connections so the set does not grow over a long run.
             Some(_) = pipes.join_next(), if !pipes.is_empty() => {}
@@ -110,11 +121,17 @@ async fn accept(
 }
 
 /// One connection: connects to the upstream (a refused connect closes the client's, as the
-/// server itself would have) and runs both pipes to their end.
-async fn carry(client: TcpStream, upstream: SocketAddr, paused: watch::Receiver<bool>) {
+/// server itself would have) and runs both pipes to their end, counted live meanwhile.
+async fn carry(
+    client: TcpStream,
+    upstream: SocketAddr,
+    paused: watch::Receiver<bool>,
+    counts: Arc<Counts>,
+) {
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
+    let _live = counts.track(());
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();

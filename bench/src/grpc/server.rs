@@ -10,6 +10,7 @@
 //! | knob | effect |
 //! |---|---|
 //! | latency | each response is sent this long after its request arrives (requests on one stream are answered concurrently, as a pipelining server would) |
+//! | slow every | every n-th request the server sees is answered that much later again (the fault bench's slow peer) |
 //! | missing from block | requests for blocks at or above it get `NOT_FOUND` (in the response) |
 //! | internal every | every n-th request the server sees gets `INTERNAL` (in the response) |
 //! | end after | a stream ends (cleanly, or with an error if `end with error`) after sending n responses; requests it had not answered are lost |
@@ -65,6 +66,10 @@ pub struct Knobs {
     end_with_error: AtomicBool,
     /// Whether requests are held unanswered.
     stalled: AtomicBool,
+    /// Every n-th request is answered `slow_nanos` later than the others (0: none).
+    slow_every: AtomicU64,
+    /// The extra delay of a slow request, in nanoseconds.
+    slow_nanos: AtomicU64,
 }
 
 impl Default for Knobs {
@@ -76,6 +81,8 @@ impl Default for Knobs {
             end_after: AtomicU64::new(0),
             end_with_error: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            slow_every: AtomicU64::new(0),
+            slow_nanos: AtomicU64::new(0),
         }
     }
 }
@@ -104,8 +111,26 @@ impl Knobs {
         self.end_after.store(n, Ordering::Relaxed);
     }
 
+    /// Every `n`-th request the server sees is answered `extra` later than the latency says
+    /// (0: none, the default).
+    pub fn set_slow_every(&self, n: u64, extra: Duration) {
+        let nanos = u64::try_from(extra.as_nanos()).unwrap_or(u64::MAX);
+        self.slow_nanos.store(nanos, Ordering::Relaxed);
+        self.slow_every.store(n, Ordering::Relaxed);
+    }
+
     fn latency(&self) -> Duration {
         Duration::from_nanos(self.latency_nanos.load(Ordering::Relaxed))
+    }
+
+    /// The delay of the `seen`-th request: the latency, plus the slow delay for every n-th.
+    fn delay(&self, seen: u64) -> Duration {
+        let every = self.slow_every.load(Ordering::Relaxed);
+        if every > 0 && seen % every == 0 {
+            self.latency() + Duration::from_nanos(self.slow_nanos.load(Ordering::Relaxed))
+        } else {
+            self.latency()
+        }
     }
 }
 
@@ -658,17 +683,17 @@ impl StreamTask {
             self.state.held.send_modify(|held| *held += 1);
             return true;
         }
-        self.send(response)
+        let delay = knobs.delay(seen);
+        self.send(response, delay)
     }
 
-    /// Sends (or schedules, with latency) one response; `false` when that ended the stream.
-    fn send(&mut self, response: GetPageResponse) -> bool {
+    /// Sends (or schedules, after `latency`) one response; `false` when that ended the stream.
+    fn send(&mut self, response: GetPageResponse, latency: Duration) -> bool {
         let knobs = &self.state.knobs;
         self.sent += 1;
         let end_after = knobs.end_after.load(Ordering::Relaxed);
         let last = end_after > 0 && self.sent >= end_after;
         let end = last.then(|| end_status(knobs.end_with_error.load(Ordering::Relaxed)));
-        let latency = knobs.latency();
         if latency.is_zero() {
             self.state.responses.fetch_add(1, Ordering::Relaxed);
             let _ = self.out.send(Out::Response(response));
@@ -730,7 +755,8 @@ impl StreamTask {
         let responses = std::mem::take(&mut self.held_responses);
         self.forget_held();
         for response in responses {
-            if !self.send(response) {
+            let latency = self.state.knobs.latency();
+            if !self.send(response, latency) {
                 break;
             }
         }
