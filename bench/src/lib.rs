@@ -7,7 +7,7 @@
 //! | [`cases`] | what the comparison runs: one file per group of cases (`stream/`, `stream-depth1/`, `keyed/`, `session/`, `client/`, `e2e/`, and `--scaling`), each building slotpool, the reference and the floor or peers over the same fixtures and handing runners to the harness |
 //! | [`fixtures`] | what every case runs over: the connectors, runtimes, task helpers and the floor |
 //! | [`report`] | the harness (interleaved repeats, medians) and the table, JSON and chart of a run |
-//! | [`faults`] | the fault bench (`--faults`): PostgreSQL pools under a restart, terminated backends, an outage, a blackhole (its TCP proxy) and slow queries, and the accounting after each |
+//! | [`faults`] | the fault bench (`--faults`): PostgreSQL pools under a restart, terminated backends, an outage, a blackhole (its TCP proxy) and slow queries, the stream pool over tonic with its peer killed, blackholed and slowed, and the accounting after each |
 //! | [`grpc`] | the GetPage service over real tonic: the in-process test server, slotpool's nested stack and R1's, used by the `e2e/` cases, the gRPC tests and the soak |
 //!
 //! Imports run one way: `report` and `reference` know no case; `fixtures` knows the

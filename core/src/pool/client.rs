@@ -313,10 +313,12 @@ struct Pooled<C: ChannelConnector, F: ClientFactory<C::Channel>> {
 /// A guard that held an `Arc` of [`ClientShared`] itself would clone and drop that one
 /// count on every checkout, from every thread: a cache line all callers write. The anchor
 /// is the client's own count (on its own line), which travels with the client: a checkout
-/// moves it out of the cell with the client (no count change), and a return clones it only
-/// for the duration of the check-in (the table's release touches the shared state after the
-/// client is back in the cell, where a concurrent `close` may drop it). Its line is written
-/// only by whoever holds the client.
+/// moves it out of the cell with the client (no count change), and a return takes no count
+/// either: the table's release touches the shared state after the client is back in the
+/// cell, where a concurrent `close` may drop it, so the return marks its slot `settling`
+/// until its last access and a close waits for the mark before it drops a client
+/// ([`crate::exclusive`], "Returning without a reference count"). Its line is written only by
+/// whoever holds the client.
 ///
 /// The anchors of idle clients make a cycle (shared state → cell → anchor → shared state);
 /// `close` (run when the last [`ClientPool`] handle drops) breaks it by dropping every idle

@@ -74,10 +74,13 @@
 //!
 //! An object checked out holds its slot's unit and a reference that keeps the pool's state
 //! alive (moved in and out of the cell with the object, so a checkout writes no shared
-//! reference count); a return clones it for the few instructions of the check-in, as a
-//! concurrent close may drop the object's own. Checkout plus return is four locked
-//! instructions on an uncontended pool (the slot's CAS each way, and that clone and its
-//! drop); deadpool's is over ten, through a mutex and a semaphore.
+//! reference count). A return takes no count either: once the object is back in its cell a
+//! concurrent close may take it and drop that reference, so the return marks its slot
+//! `settling` (a plain store) and clears it as its last access, and whoever takes an object
+//! out of the pool for good waits for the mark first (`crate::exclusive`, "Returning without a
+//! reference count"; loom models in `loom-tests/tests/unpinned.rs`). Checkout plus return is
+//! two locked instructions on an uncontended pool, the slot's RMW each way; deadpool's is over
+//! ten, through a mutex and a semaphore.
 //!
 //! # The failure model
 //!
@@ -1108,7 +1111,7 @@ impl<M: Manager> Shared<M> {
     ///
     /// Dropping the anchor may drop the last `Arc` to this state while a `Retired` still
     /// borrows the slots: every caller must reach `self` through a pool handle, an upgraded
-    /// `Weak`, or an anchor clone it holds (`Object`'s drop clones one before `check_in`).
+    /// `Weak`, or a reference of its own (`check_in` takes one on every path that disposes).
     fn close_object(&self, pooled: Pooled<M>) {
         let Pooled { object, anchor } = pooled;
         self.drop_object(object);
