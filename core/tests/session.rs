@@ -627,6 +627,50 @@ async fn reaper_closes_idle_sessions_only() {
     assert_balanced(&pool, &counts);
 }
 
+/// A hot acquire within `max_idle_time / TOUCH_SLACK` of the stamp writes nothing (so the
+/// hot path is a load, not a CAS), which is what reaping precision pays: a session used only
+/// within that slack of its stamp can be reaped that much early, never late.
+#[tokio::test]
+async fn touch_slack_bounds_how_early_a_reap_may_come() {
+    let max_idle = Duration::from_secs(10);
+    let slack = max_idle / slotpool::flight::TOUCH_SLACK as u32;
+    assert_eq!(
+        slack,
+        Duration::from_millis(312) + Duration::from_micros(500)
+    );
+
+    // Used again within the slack: the stamp keeps the first use, so the reap counts idleness
+    // from it and comes `slack` early.
+    let (early, counts, time) = pool(2);
+    let first = early.acquire("s", &ctx()).await.unwrap();
+    time.advance(slack);
+    let again = early.acquire("s", &ctx()).await.unwrap();
+    assert!(again.same_connection(&first));
+    drop((first, again));
+    time.advance(max_idle - slack + Duration::from_nanos(1));
+    assert_eq!(
+        early.reap(early.clock().now()),
+        1,
+        "reaped after max_idle_time - slack (plus 1 ns) of true idleness"
+    );
+    assert_balanced(&early, &counts);
+
+    // Used again just past the slack: the touch writes, and the reap is on time.
+    let (pool, counts, time) = pool(2);
+    drop(pool.acquire("s", &ctx()).await.unwrap());
+    time.advance(slack + Duration::from_nanos(1));
+    drop(pool.acquire("s", &ctx()).await.unwrap());
+    time.advance(max_idle);
+    assert_eq!(
+        pool.reap(pool.clock().now()),
+        0,
+        "exactly max_idle_time is kept"
+    );
+    time.advance(Duration::from_nanos(1));
+    assert_eq!(pool.reap(pool.clock().now()), 1, "past it is reaped");
+    assert_balanced(&pool, &counts);
+}
+
 // ----------------------------------------------------------------------------------------
 // Release, stop, prewarm
 // ----------------------------------------------------------------------------------------

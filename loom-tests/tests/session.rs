@@ -142,7 +142,7 @@ impl Pool {
                 step = self.directory.claim(key, || now, MAX_IDLE, || *key.key());
             }
             let flight = match step {
-                Step::Ready(res) => return (Ok(res), path),
+                Step::Ready(res) => return (Ok(res.into_arc()), path),
                 Step::Join(flight) => {
                     path.joined = true;
                     flight

@@ -9,7 +9,7 @@ use tokio::task::AbortHandle;
 
 use super::establish::call;
 use super::{close_contained, Connector, Counters, LoopId, Origin, EVENT_BUFFER};
-use crate::flight::{self, Tenant, UseStamp};
+use crate::flight::{self, Lent, Tenant, UseStamp};
 use crate::limit::OwnedPermit;
 use crate::panic::catch;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
@@ -234,7 +234,8 @@ async fn read_events<C: Connector>(live: Arc<Live<C>>) {
 /// Holding it does not keep the session active: after a release, reap or stop the
 /// connection is closed and [`Session::is_open`] is false.
 pub struct Session<C: Connector> {
-    pub(super) live: Arc<Live<C>>,
+    /// A prepaid reference through the session's hint (a hot acquire), or an `Arc` clone.
+    pub(super) live: Lent<Live<C>>,
 }
 
 impl<C: Connector> Session<C> {
@@ -274,14 +275,14 @@ impl<C: Connector> Session<C> {
 
     /// Whether two handles share one connection.
     pub fn same_connection(&self, other: &Session<C>) -> bool {
-        Arc::ptr_eq(&self.live, &other.live)
+        self.live.ptr_eq(&other.live)
     }
 }
 
 impl<C: Connector> Clone for Session<C> {
     fn clone(&self) -> Self {
         Self {
-            live: Arc::clone(&self.live),
+            live: self.live.clone(),
         }
     }
 }

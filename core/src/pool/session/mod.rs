@@ -7,9 +7,11 @@
 //! [`SessionPool::acquire`]`(session, ctx)`:
 //!
 //! 1. **Hot path.** If the session has a live, fresh connection it is returned at once: one
-//!    map read under its shard's read lock (shared with other readers, never with a network
-//!    wait), a liveness check, and one CAS that refreshes its last-use stamp. Nothing is
-//!    awaited.
+//!    CAS on the session's hint word takes a reference paid for in advance (no lock, no
+//!    shard-wide write; a session without a hint reads its shard under the read lock), a
+//!    liveness check, and a load of its last-use stamp (a CAS only when the stamp is more than
+//!    `max_idle_time / 32` old, [`TOUCH_SLACK`](crate::flight::TOUCH_SLACK)). Dropping the
+//!    [`Session`] gives the reference back with one `fetch_sub`. Nothing is awaited.
 //! 2. A **dead** connection (the connector says it is down, or its event reader ended) or a
 //!    **stale** one (idle past `max_idle_time`) is retired (closed, capacity returned) and
 //!    rebuilt.
@@ -34,7 +36,10 @@
 //! [`SessionPool::stop`] retires everything, and every later acquire gets
 //! [`SessionError::Closed`]. [`SessionPool::reap`] retires sessions idle past
 //! `max_idle_time`, with time from the injected `quanta::Clock`; a background task calls it
-//! every `reap_every`, and tests call it directly with `Clock::mock()`.
+//! every `reap_every`, and tests call it directly with `Clock::mock()`. Since a hot acquire
+//! leaves a stamp that is less than `max_idle_time / 32` old as it is, a session can be reaped
+//! up to that much early (after 9 min 41.25 s of idleness with the default ten minutes), never
+//! late.
 //!
 //! Connections are created lazily. [`SessionPoolBuilder::prewarm`] keeps up to that many
 //! connected-but-unassigned connections (filled by [`SessionPool::prewarm`]), so an
@@ -57,13 +62,17 @@
 //! * the **channel** is opened by whichever comes first, the reader's first event or
 //!   `take_events`; a receiver taken after the reader ended sees the stream's end at once.
 //!
-//! # The map: sharded, read-locked, hashed once
+//! # The map: sharded, hinted, hashed once
 //!
 //! Sessions live in a [`Directory`]'s registry: a power-of-two number of shards,
 //! each a hash table behind a reader-writer lock, keyed by the session id with its hash stored
-//! beside it. An acquire hashes the id once for all its registry calls. Hot acquires of
-//! different sessions share no lock word unless their shards collide, and hot acquires of one
-//! session only share a read lock. A mutex (R3) serialises every acquire; copy-on-write maps
+//! beside it, with an array of hint words in front (four per session a shard holds when the
+//! pool is full). An acquire hashes the id once for all its registry calls. A hot acquire
+//! takes no lock: it takes one of the references its session's hint word holds in advance
+//! (see `flight`'s `hint.rs`), so hot acquires of different sessions share no written word
+//! (at most a cache line of hint words), and those of one session share its hint word and
+//! reference count, as they would share an `Arc`. A session whose two candidate words are
+//! both taken by other sessions reads under the shard's read lock. A mutex (R3) serialises every acquire; copy-on-write maps
 //! (arc-swap), this module's first design, made every new session and every release copy a
 //! shard and allocate, which cost establishment churn far more than the read lock costs
 //! the hot path. Writes (a claim, an install, a release) change one shard in place.
@@ -626,7 +635,9 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                     // still completes (see `Drive`). Its outcome is the flight's, so the
                     // leader need not wait on it.
                     let establishment = self.lead(key, owned, ctx, flight, permit)?;
-                    return establishment.await.map(|live| Session { live });
+                    return establishment
+                        .await
+                        .map(|live| Session { live: live.into() });
                 }
                 Step::Exhausted => {
                     bump(&shared.counters.exhausted);
@@ -660,7 +671,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         })
         .await;
         drop(clock);
-        outcome.map(|live| Session { live })
+        outcome.map(|live| Session { live: live.into() })
     }
 
     /// Returns the establishment of a flight this caller leads, for the caller to drive, or

@@ -7,7 +7,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 
-use super::{Claim, Entry, Flight, Hashed, KeyHashing, Registry, Touch, UseStamp};
+use super::{Claim, Entry, Flight, Hashed, KeyHashing, Lent, Registry, Taken, Touch, UseStamp};
 use crate::error::TryAcquireError;
 use crate::limit::{Limit, OwnedPermit};
 use crate::sync::{trace_transition, Arc};
@@ -57,6 +57,9 @@ pub trait Refusal: Clone {
     fn released() -> Self;
 }
 
+/// Most hint words a directory gives one registry shard (32 KiB of words).
+const MAX_HINTS: usize = 4096;
+
 /// What every caller of one flight receives.
 pub type Outcome<V, E> = Result<Arc<V>, E>;
 
@@ -64,8 +67,8 @@ pub type Outcome<V, E> = Result<Arc<V>, E>;
 /// acquire. (A lookup returns only `Ready`, `Join`, `Vacant` and `Again`; a claim never
 /// returns `Vacant`.)
 pub enum Step<V, E> {
-    /// A live, fresh value; its stamp now says `now`.
-    Ready(Arc<V>),
+    /// A live, fresh value; its stamp now says `now` (within [`super::TOUCH_SLACK`]).
+    Ready(Lent<V>),
     /// Another caller leads an establishment for the key: wait on its flight.
     Join(Arc<Flight<Outcome<V, E>>>),
     /// ([`Directory::lookup`] only.) Nothing is registered for the key: claim it next.
@@ -117,9 +120,13 @@ impl<V: fmt::Debug, E> fmt::Debug for Step<V, E> {
 /// permits the values own. Every decision an acquire, a release, the reaper or a stop makes is
 /// a method here, so the session pool and the loom models run the same code:
 ///
-/// * **Lookup** ([`Directory::lookup`]): under the shard's read lock, find the key. A `Flying`
-///   entry is joined. A `Ready` value is **checked**: [`UseStamp::touch`] at `now` refreshes
-///   a fresh stamp (one CAS) and the value is returned if it is also alive. Otherwise it is
+/// * **Lookup** ([`Directory::lookup`]): take a prepaid reference to the key's value through
+///   its hint (one CAS, no lock; see `hint.rs`); failing that (no hint, or a spent one, which
+///   the lookup refills under the write lock first), find the key under the shard's read
+///   lock. A `Flying` entry is joined. A `Ready` value, however found, is **checked**:
+///   [`UseStamp::touch`] at `now` refreshes a fresh stamp (a load, and a CAS once per
+///   [`super::TOUCH_SLACK`]th of the idle bound) and the value is returned if it is also
+///   alive. Otherwise it is
 ///   retired: a fresh but dead value unconditionally ([`retire`]), a stale one only if it is
 ///   *still* idle when the retirement lands ([`retire_if_idle`]: a concurrent touch that
 ///   refreshed it wins, and the caller simply looks again and finds it fresh). Whoever wins
@@ -165,10 +172,18 @@ where
     }
 
     /// A directory of `shards` registry shards whose values own permits of `limit`, hashing
-    /// keys as `hashing` says.
+    /// keys as `hashing` says, with
+    /// hint words per shard: four per value a shard holds when the limit is full (at least
+    /// four, at most 4096).
     pub fn with_hashing(shards: usize, limit: Arc<Limit>, hashing: KeyHashing) -> Self {
+        let count = shards.max(1).next_power_of_two();
+        let hints = limit
+            .capacity()
+            .div_ceil(count)
+            .saturating_mul(4)
+            .clamp(4, MAX_HINTS);
         Self {
-            registry: Registry::with_hashing(shards, hashing),
+            registry: Registry::with_hints(shards, hashing, hints),
             limit,
         }
     }
@@ -199,9 +214,9 @@ where
     }
 
     /// The first step of an acquire: a ready value, a flight to join, nothing, or a value that
-    /// had to be retired. Takes only the shard's read lock (and, to remove a retired value, its
-    /// write lock). `now` (the time, in the stamps' nanoseconds) is read only if a value is
-    /// found and checked.
+    /// had to be retired. A value with a hint takes no lock; otherwise only the shard's read
+    /// lock (and its write lock to refill a spent hint or to remove a retired value). `now`
+    /// (the time, in the stamps' nanoseconds) is read only if a value is found and checked.
     #[inline]
     pub fn lookup<Q>(
         &self,
@@ -213,8 +228,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        match self.registry.lend(key) {
+            Taken::Hit(lease) => return self.check(key, Lent::Leased(lease), now(), max_idle),
+            Taken::Spent => self.registry.refill(key),
+            Taken::Miss => {}
+        }
         match self.registry.get(key) {
-            Some(Entry::Ready(value)) => self.check(key, value, now(), max_idle),
+            Some(Entry::Ready(value)) => self.check(key, Lent::Shared(value), now(), max_idle),
             Some(Entry::Flying(flight)) => Step::Join(flight),
             None => Step::Vacant,
         }
@@ -235,7 +255,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         match self.registry.claim(key, make_key) {
-            Claim::Ready(value) => self.check(key, value, now(), max_idle),
+            Claim::Ready(value) => self.check(key, Lent::Shared(value), now(), max_idle),
             Claim::Join(flight) => Step::Join(flight),
             Claim::Closed => Step::Closed,
             Claim::Lead(flight) => match Limit::try_acquire_owned(&self.limit) {
@@ -259,21 +279,47 @@ where
 
     /// Checks a `Ready` value found for `key` (see the type's docs, *Lookup*).
     #[inline]
-    fn check<Q>(&self, key: Hashed<'_, Q>, value: Arc<V>, now: u64, max_idle: u64) -> Step<V, E>
+    fn check<Q>(&self, key: Hashed<'_, Q>, value: Lent<V>, now: u64, max_idle: u64) -> Step<V, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let alive = value.is_alive();
-        let rebuilt = match value.stamp().touch(now, max_idle) {
-            Touch::Fresh if alive => return Step::Ready(value),
-            Touch::Fresh => retire(&*value),
+        let touch = value.stamp().touch(now, max_idle);
+        if alive && touch == Touch::Fresh {
+            return Step::Ready(value);
+        }
+        self.unusable(key, value, alive, touch, now, max_idle)
+    }
+
+    /// The rest of [`Directory::check`], for a value that is dead, stale or retired: retire
+    /// it (if this caller wins), remove it by identity, and look again.
+    #[cold]
+    #[inline(never)]
+    fn unusable<Q>(
+        &self,
+        key: Hashed<'_, Q>,
+        value: Lent<V>,
+        alive: bool,
+        touch: Touch,
+        now: u64,
+        max_idle: u64,
+    ) -> Step<V, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let rebuilt = match touch {
+            Touch::Fresh => {
+                debug_assert!(!alive, "a fresh, live value is usable");
+                retire(&*value)
+            }
             // Loses to a concurrent touch (then the next lookup finds it fresh again).
             Touch::Stale => retire_if_idle(&*value, now, max_idle),
             Touch::Retired => false,
         };
         if value.stamp().is_retired() {
-            self.remove_value(key, &value);
+            self.remove_value(key, value.arc());
         }
         trace_transition!("directory: checked, not usable (rebuilt here: {})", rebuilt);
         Step::Again { rebuilt }
@@ -301,7 +347,8 @@ where
         value: Arc<V>,
     ) -> Outcome<V, E>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
         Q: Hash + Eq + ?Sized,
     {
         match self.registry.install(key, flight, Arc::clone(&value)) {

@@ -15,9 +15,16 @@
 //! shard (from its high half) and is stored beside the key in the table, so lookups, inserts and
 //! rehashes never hash it again.
 //!
+//! * **Hinted read path** (a [`Directory::lookup`] of a finished value): pick the shard, and
+//!   take a prepaid reference to the value through one of the key's two **hint words** with
+//!   one CAS; no lock, no write any other key's readers share (but a cache line of hint
+//!   words). See `hint.rs` for the protocol. A hint is set up when a value is installed
+//!   (if a candidate word is free), refilled after `2^15` hits, and withdrawn whenever the
+//!   entry leaves the table, all under the shard's write lock.
 //! * **Read path** ([`Registry::get`]): pick the shard, take its read lock, look the key up,
 //!   clone the entry, unlock. Readers of one shard never exclude each other; readers of
-//!   different shards share no cache line. No allocation.
+//!   different shards share no cache line. No allocation. Flights, keys without a hint and
+//!   spent hints take it.
 //! * **Write path** (claim, install, abandon, remove, close): take the shard's write lock and
 //!   change the table in place. Nothing is copied and nothing is allocated beyond the table's
 //!   own growth; entries that leave the table are dropped (or handed back) after the lock is
@@ -67,8 +74,8 @@
 //! limit their capacity comes from (`directory.rs`); and a [`Batch`] hands items to one bulk
 //! task at a time (`batch.rs`). Each type's documentation tells its protocol.
 //!
-//! This module owns the maps and flights, `stamp.rs` the stamps, `directory.rs` the decisions
-//! on them, `batch.rs` the batches. None closes a connection itself: a directory frees a value
+//! This module owns the maps and flights, `hint.rs` the hint words and their leases,
+//! `stamp.rs` the stamps, `directory.rs` the decisions on them, `batch.rs` the batches. None closes a connection itself: a directory frees a value
 //! through its [`Tenant::free`], called once by whoever won the value's stamp.
 //!
 
@@ -85,11 +92,15 @@ use crate::sync::{trace_transition, Arc, AtomicBool, CachePadded, Mutex, Orderin
 
 mod batch;
 mod directory;
+mod hint;
 mod stamp;
 
 pub use batch::Batch;
 pub use directory::{retire, retire_if_idle, Directory, Outcome, Refusal, Step, Tenant};
-pub use stamp::{Touch, UseStamp};
+pub use hint::{LeaseRef, Lent};
+pub use stamp::{Touch, UseStamp, TOUCH_SLACK};
+
+use hint::{Hints, Taken, Withdrawn};
 
 /// How a [`Registry`] hashes its keys: the choice between speed and resistance to keys chosen
 /// by an adversary.
@@ -124,12 +135,18 @@ pub enum KeyHashing {
 /// The hasher of keys, seeded per registry (so keys are aimed at neither one shard nor one
 /// bucket except, for [`KeyHashing::Fast`], by an adversary who can learn its seed).
 #[derive(Clone)]
+#[cfg_attr(slotpool_loom, allow(dead_code))]
 enum Hasher {
     Fast(foldhash::fast::RandomState),
     SipHash(std::collections::hash_map::RandomState),
+    /// Under loom: one fixed seed whatever was asked (which hint words a key uses must not
+    /// change between a model's executions), remembering the kind asked for.
+    #[cfg(slotpool_loom)]
+    Fixed(foldhash::fast::FixedState, KeyHashing),
 }
 
 impl Hasher {
+    #[cfg(not(slotpool_loom))]
     fn new(hashing: KeyHashing) -> Self {
         match hashing {
             KeyHashing::Fast => Hasher::Fast(foldhash::fast::RandomState::default()),
@@ -137,11 +154,18 @@ impl Hasher {
         }
     }
 
+    #[cfg(slotpool_loom)]
+    fn new(hashing: KeyHashing) -> Self {
+        Hasher::Fixed(foldhash::fast::FixedState::with_seed(0), hashing)
+    }
+
     #[inline]
     fn hash_one<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         match self {
             Hasher::Fast(state) => state.hash_one(key),
             Hasher::SipHash(state) => state.hash_one(key),
+            #[cfg(slotpool_loom)]
+            Hasher::Fixed(state, _) => state.hash_one(key),
         }
     }
 
@@ -149,6 +173,8 @@ impl Hasher {
         match self {
             Hasher::Fast(_) => KeyHashing::Fast,
             Hasher::SipHash(_) => KeyHashing::SipHash,
+            #[cfg(slotpool_loom)]
+            Hasher::Fixed(_, kind) => *kind,
         }
     }
 }
@@ -270,16 +296,24 @@ struct Slot<K, V, T> {
 /// key); written only under the shard's write lock.
 type Table<K, V, T> = HashTable<Slot<K, V, T>>;
 
-/// One shard: its table behind the lock its readers share and its writers take, padded so
-/// shards never share a cache line.
-type Shard<K, V, T> = CachePadded<RwLock<Table<K, V, T>>>;
+/// One shard: its table behind the lock its readers share and its writers take, and the hint
+/// words in front of it (`hint.rs`), padded so shards never share a cache line.
+struct Shard<K, V, T> {
+    /// The table. Its write lock also guards every change of a hint word between empty and
+    /// full.
+    table: RwLock<Table<K, V, T>>,
+    /// INVARIANT: a word names a lease for key `k` only while `table` holds `Ready(v)` for
+    /// `k`, and the lease lends a clone of that `v` (set up at install, withdrawn whenever the
+    /// entry leaves the table).
+    hints: Hints,
+}
 
 /// A sharded key → [`Entry`] map with single-flight claims; reads share a shard's lock.
 ///
 /// See the [module documentation](self) for the protocol.
 pub struct Registry<K, V, T> {
     /// INVARIANT: `shards.len()` is a power of two.
-    shards: Box<[Shard<K, V, T>]>,
+    shards: Box<[CachePadded<Shard<K, V, T>>]>,
     /// Hashes keys, once per operation (seeded for this registry).
     hasher: Hasher,
     /// Set once by [`Registry::close`] (before it drains any shard). Read under a shard's
@@ -316,9 +350,24 @@ where
     /// A registry with `shards` shards (rounded up to a power of two, at least one), hashing
     /// keys as `hashing` says (seeded afresh for this registry).
     pub fn with_hashing(shards: usize, hashing: KeyHashing) -> Self {
+        Self::with_hints(shards, hashing, 0)
+    }
+
+    /// A registry with `shards` shards (rounded up to a power of two, at least one), hashing
+    /// keys as `hashing` says, with `hints` hint words per shard (rounded up to a power of
+    /// two; zero: none, every read takes the shard's read lock). A hint lets a read of a
+    /// finished value skip the lock ([`Directory::lookup`]); a key whose two candidate words
+    /// are both taken by other keys reads under the lock. Four words per key a shard holds
+    /// leave few such keys.
+    pub fn with_hints(shards: usize, hashing: KeyHashing, hints: usize) -> Self {
         let count = shards.max(1).next_power_of_two();
         let shards = (0..count)
-            .map(|_| CachePadded::new(RwLock::new(HashTable::new())))
+            .map(|_| {
+                CachePadded::new(Shard {
+                    table: RwLock::new(HashTable::new()),
+                    hints: Hints::new(hints),
+                })
+            })
             .collect();
         Self {
             shards,
@@ -346,7 +395,7 @@ where
     }
 
     #[inline]
-    fn shard<Q>(&self, key: Hashed<'_, Q>) -> &RwLock<Table<K, V, T>>
+    fn shard<Q>(&self, key: Hashed<'_, Q>) -> &Shard<K, V, T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -362,6 +411,29 @@ where
         &self.shards[index]
     }
 
+    /// `key`'s finished value through its hint, without the lock: a prepaid reference to it,
+    /// [`Taken::Spent`] (call [`Registry::refill`], then read with [`Registry::get`]) or
+    /// [`Taken::Miss`] (read with `get`).
+    #[inline]
+    fn lend<Q>(&self, key: Hashed<'_, Q>) -> Taken<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shard(key).hints.take::<K, V, Q>(key.hash.0, key.key)
+    }
+
+    /// Refills `key`'s spent hint, under its shard's write lock.
+    fn refill<Q>(&self, key: Hashed<'_, Q>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shard = self.shard(key);
+        let _table = shard.table.write();
+        shard.hints.refill::<K, V, Q>(key.hash.0, key.key);
+    }
+
     /// The entry for `key`, read under its shard's read lock.
     #[inline]
     pub fn get<Q>(&self, key: Hashed<'_, Q>) -> Option<Entry<V, T>>
@@ -369,7 +441,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let table = self.shard(key).read();
+        let table = self.shard(key).table.read();
         table
             .find(key.hash.0, same_key(key))
             .map(|slot| slot.entry.clone())
@@ -382,7 +454,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut table = self.shard(key).write();
+        let mut table = self.shard(key).table.write();
         if self.closed.load(Ordering::Acquire) {
             return Claim::Closed;
         }
@@ -406,17 +478,20 @@ where
         Claim::Lead(flight)
     }
 
-    /// Replaces the leader's own `Flying` entry with `Ready(value)`.
+    /// Replaces the leader's own `Flying` entry with `Ready(value)`, and sets up a hint for
+    /// it if one of the key's candidate words is free.
     ///
     /// # Errors
     /// Hands `value` back when the entry is no longer this flight's (it was removed by a
     /// release, or the registry was closed): the caller must dispose of it.
     pub fn install<Q>(&self, key: Hashed<'_, Q>, flight: &Arc<Flight<T>>, value: V) -> Result<(), V>
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Clone + Send + Sync + 'static,
+        V: Send + Sync + 'static,
         Q: Hash + Eq + ?Sized,
     {
-        let mut table = self.shard(key).write();
+        let shard = self.shard(key);
+        let mut table = shard.table.write();
         if self.closed.load(Ordering::Acquire) {
             return Err(value);
         }
@@ -427,6 +502,7 @@ where
             trace_transition!("registry: install refused, entry gone");
             return Err(value);
         };
+        shard.hints.publish(key.hash.0, &slot.key, &value);
         let replaced = std::mem::replace(&mut slot.entry, Entry::Ready(value));
         drop(table);
         drop(replaced);
@@ -459,13 +535,22 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut table = self.shard(key).write();
+        let shard = self.shard(key);
+        let mut table = shard.table.write();
         let found = table.find_entry(key.hash.0, same_key(key)).ok()?;
         if !pred(&found.get().entry) {
             return None;
         }
         let (slot, _) = found.remove();
+        // The entry's hint goes with it; its references are given back after the unlock.
+        let mut withdrawn = Withdrawn::new();
+        if let Entry::Ready(_) = &slot.entry {
+            shard
+                .hints
+                .withdraw::<K, V, Q>(key.hash.0, key.key, &mut withdrawn);
+        }
         drop(table);
+        drop(withdrawn);
         trace_transition!("registry: removed");
         Some(slot.entry)
     }
@@ -475,9 +560,13 @@ where
     pub fn close(&self) -> Vec<Entry<V, T>> {
         self.closed.store(true, Ordering::Release);
         let mut drained = Vec::new();
+        let mut withdrawn = Withdrawn::<V>::new();
         for shard in self.shards.iter() {
-            drained.extend(shard.write().drain().map(|slot| slot.entry));
+            let mut table = shard.table.write();
+            shard.hints.withdraw_all(&mut withdrawn);
+            drained.extend(table.drain().map(|slot| slot.entry));
         }
+        drop(withdrawn);
         trace_transition!("registry: closed, drained {}", drained.len());
         drained
     }
@@ -494,22 +583,42 @@ where
     {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            out.extend(shard.read().iter().filter_map(|slot| match &slot.entry {
-                Entry::Ready(value) => Some((slot.key.clone(), value.clone())),
-                Entry::Flying(_) => None,
-            }));
+            out.extend(
+                shard
+                    .table
+                    .read()
+                    .iter()
+                    .filter_map(|slot| match &slot.entry {
+                        Entry::Ready(value) => Some((slot.key.clone(), value.clone())),
+                        Entry::Flying(_) => None,
+                    }),
+            );
         }
         out
     }
 
     /// Number of entries (both kinds), a snapshot.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|shard| shard.read().len()).sum()
+        self.shards
+            .iter()
+            .map(|shard| shard.table.read().len())
+            .sum()
     }
 
     /// Whether the registry holds no entry (a snapshot).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl<K, V, T> Drop for Registry<K, V, T> {
+    fn drop(&mut self) {
+        // Words still published (a registry dropped without `close`) own references to their
+        // leases: give them back.
+        let mut withdrawn = Withdrawn::<V>::new();
+        for shard in self.shards.iter() {
+            shard.hints.withdraw_all(&mut withdrawn);
+        }
     }
 }
 

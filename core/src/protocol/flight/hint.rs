@@ -1,0 +1,561 @@
+//! Hints: a lock-free way to the finished values of a registry shard, paid for in advance.
+//!
+//! # What a hint is
+//!
+//! Each registry shard keeps a small array of hint words beside its locked table. A key may
+//! sit in one of two candidate words (picked from its hash). A word is empty (`0`) or names a
+//! [`Lease`]: a reference-counted box the crate owns, holding the key and a clone of the
+//! value, and packs
+//!
+//! ```text
+//!  63                                 20 19    16 15            0
+//! +-------------------------------------+--------+---------------+
+//! | lease address >> 4 (44 bits)        | tag(4) | taken (16)    |
+//! +-------------------------------------+--------+---------------+
+//! ```
+//!
+//! `taken` counts the references readers took through this word since it was set up, and the
+//! tag (four bits of the key's hash) lets a reader skip the other candidate's key without
+//! touching it. A lease is 16-byte aligned, so its address loses nothing to the shift; one
+//! whose address does not fit 48 bits is simply never published.
+//!
+//! # Prepaid references
+//!
+//! When a writer (holding the shard's write lock) **sets up** a word, it creates the lease
+//! with `PREPAID + 1` references: `PREPAID` for readers to take, one the word itself keeps so
+//! that the lease outlives its publication. Then it publishes `(lease, tag, 0)` with a
+//! `Release` store. The order matters: a reader may take a reference as soon as the word is
+//! visible, so the references must exist first.
+//!
+//! A **hit** loads the word and, if it names a lease with the right tag and `taken < PREPAID`,
+//! CASes `taken` to `taken + 1` (`Acquire`, so it sees the lease's contents). Success means
+//! the reader owns one of the prepaid references: it may read the lease, and it gives the
+//! reference back with one `fetch_sub` when it is done, exactly like an `Arc` clone. Before
+//! the CAS succeeds the reader never dereferences the address; so a word that was withdrawn,
+//! or reused for another lease at the same address, costs it only a failed CAS or a key that
+//! does not match (then it gives the reference back). A hit is therefore one CAS on a word
+//! only this key's readers (and the keys that share its cache line) write, and one
+//! `fetch_sub` on the lease when the handle drops: no shard-wide write.
+//!
+//! A word whose `taken` reached `PREPAID` is **spent**: readers take the locked path, and ask
+//! a writer to **refill** it: under the write lock, swap the word empty (its final `taken`
+//! is then exact, since every reader's CAS is ordered before or after the swap), add back
+//! the `taken` references the readers consumed (the lease again has `PREPAID + 1` of its
+//! own), and publish `(lease, tag, 0)`. A reader holding an old load that finds the count
+//! equal again succeeds, and owns a reference counted by the new word: sound either way.
+//!
+//! **Withdrawing** (the key's value removed, or the registry closed) swaps the word empty and
+//! gives back the references it still owns, `PREPAID - taken + 1`, once the shard's lock is
+//! released (the last one frees the lease, which drops its value clone).
+//!
+//! Only writers, under the shard's write lock, move a word between empty and full; readers
+//! only ever raise `taken`. A writer may dereference a published word's lease because the word
+//! owns a reference to it.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use crate::sync::{trace_transition, Arc, AtomicU64, AtomicUsize, Ordering};
+
+/// References a set-up lease holds for readers to take. Small under loom, so a model reaches
+/// a spent word in a few hits.
+#[cfg(not(slotpool_loom))]
+pub(crate) const PREPAID: u64 = 1 << 15;
+/// References a set-up lease holds for readers to take (loom: spent after two hits).
+#[cfg(slotpool_loom)]
+pub(crate) const PREPAID: u64 = 2;
+
+const TAKEN_BITS: u32 = 16;
+const TAKEN_MASK: u64 = (1 << TAKEN_BITS) - 1;
+const TAG_SHIFT: u32 = TAKEN_BITS;
+const TAG_MASK: u64 = 0xf;
+/// The low bits of a lease's address that its alignment keeps zero.
+const ALIGN_BITS: u32 = 4;
+/// Where the shifted address starts in the word.
+const ADDR_SHIFT: u32 = TAKEN_BITS + 4 - ALIGN_BITS;
+/// The highest address (exclusive) a word can name.
+const ADDR_LIMIT: u64 = 1 << 48;
+
+const _: () = assert!(PREPAID <= TAKEN_MASK, "the taken count must fit its field");
+
+/// One hint word's fields. `0` is the empty word (no lease has address zero).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Word(u64);
+
+impl Word {
+    fn new(head: NonNull<u8>, tag: u64, taken: u64) -> Option<Word> {
+        let addr = head.as_ptr().expose_provenance() as u64;
+        if addr >= ADDR_LIMIT || addr & ((1 << ALIGN_BITS) - 1) != 0 {
+            return None;
+        }
+        Some(Word(
+            (addr << ADDR_SHIFT) | ((tag & TAG_MASK) << TAG_SHIFT) | taken,
+        ))
+    }
+
+    fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    fn taken(self) -> u64 {
+        self.0 & TAKEN_MASK
+    }
+
+    fn tag(self) -> u64 {
+        (self.0 >> TAG_SHIFT) & TAG_MASK
+    }
+
+    fn with_taken(self, taken: u64) -> Word {
+        Word((self.0 & !TAKEN_MASK) | taken)
+    }
+
+    /// The lease address. Only dereference it while owning a reference to the lease.
+    fn addr(self) -> *mut u8 {
+        std::ptr::with_exposed_provenance_mut(
+            ((self.0 >> ADDR_SHIFT) & !((1 << ALIGN_BITS) - 1)) as usize,
+        )
+    }
+}
+
+impl fmt::Debug for Word {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("Word(empty)");
+        }
+        f.debug_struct("Word")
+            .field("addr", &self.addr())
+            .field("tag", &self.tag())
+            .field("taken", &self.taken())
+            .finish()
+    }
+}
+
+/// The part of a lease that does not depend on the key type: what a [`Lent`] handle reaches.
+#[repr(C)]
+struct Head<V> {
+    /// References outstanding: readers' handles plus those the publishing word still owns.
+    /// INVARIANT: the lease is freed exactly when this reaches zero.
+    refs: AtomicUsize,
+    /// The value this lease lends (a clone of the registry's).
+    value: V,
+    /// Frees the whole lease (it knows the key's type).
+    free: unsafe fn(NonNull<Head<V>>),
+    /// Under loom a freed lease is poisoned, not deallocated: its key and value are dropped
+    /// and this is set, so a model that uses or frees it again fails on an assertion rather
+    /// than on undefined behaviour. (A plain std atomic: loom runs one thread at a time.)
+    #[cfg(slotpool_loom)]
+    freed: std::sync::atomic::AtomicBool,
+}
+
+impl<V> Head<V> {
+    /// Under loom: asserts the lease was not freed (a use after free). Nothing otherwise.
+    #[inline]
+    fn assert_alive(&self) {
+        #[cfg(slotpool_loom)]
+        assert!(
+            !self.freed.load(std::sync::atomic::Ordering::SeqCst),
+            "a lease used after it was freed"
+        );
+    }
+}
+
+/// A reference-counted box the crate owns: the key (to check a hit against) and the value.
+/// `repr(C)` with the head first, so a pointer to the lease is a pointer to its head.
+#[repr(C, align(16))]
+struct Lease<K, V> {
+    head: Head<V>,
+    key: K,
+}
+
+/// Frees a lease created as `Lease<K, V>`.
+///
+/// # Safety
+/// `head` came from `Box::into_raw` of a `Lease<K, V>`, and no reference to it remains.
+unsafe fn free_lease<K, V>(head: NonNull<Head<V>>) {
+    let lease = head.as_ptr().cast::<Lease<K, V>>();
+    #[cfg(not(slotpool_loom))]
+    // SAFETY: the caller's contract; `Head` is the first field of the `repr(C)` lease.
+    drop(unsafe { Box::from_raw(lease) });
+    #[cfg(slotpool_loom)]
+    // SAFETY: as above; the allocation is kept (poisoned), its contents dropped once.
+    unsafe {
+        let freed = &(*lease).head.freed;
+        assert!(
+            !freed.swap(true, std::sync::atomic::Ordering::SeqCst),
+            "a lease freed twice"
+        );
+        std::ptr::drop_in_place(&raw mut (*lease).head.value);
+        std::ptr::drop_in_place(&raw mut (*lease).key);
+    }
+    trace_transition!("hint: lease freed");
+}
+
+/// Gives back `n` references to the lease at `head`, freeing it with the last.
+///
+/// # Safety
+/// The caller owns `n` references to a live lease.
+unsafe fn release<V>(head: NonNull<Head<V>>, n: usize) {
+    // SAFETY: the caller owns references, so the lease is alive.
+    let lease = unsafe { head.as_ref() };
+    lease.assert_alive();
+    let refs = &lease.refs;
+    // `AcqRel`: `Release` orders this owner's reads of the lease before the free; `Acquire`
+    // makes the freeing owner see every other owner's.
+    let before = refs.fetch_sub(n, Ordering::AcqRel);
+    debug_assert!(before >= n, "a lease released more references than it had");
+    if before == n {
+        // SAFETY: that was the last reference; `free` is the lease's own.
+        unsafe { (head.as_ref().free)(head) };
+    }
+}
+
+/// A reference to a lease's value, taken on a hit: dropping it gives the reference back.
+pub struct LeaseRef<V> {
+    head: NonNull<Head<V>>,
+}
+
+// SAFETY: a `LeaseRef` shares the lease's value like an `Arc<V>` does (the key, dropped with
+// the lease on whichever thread releases last, is required `Send + Sync` at set-up).
+unsafe impl<V: Send + Sync> Send for LeaseRef<V> {}
+// SAFETY: as above.
+unsafe impl<V: Send + Sync> Sync for LeaseRef<V> {}
+
+impl<V> LeaseRef<V> {
+    fn value(&self) -> &V {
+        // SAFETY: this handle owns a reference, so the lease is alive.
+        let lease = unsafe { self.head.as_ref() };
+        lease.assert_alive();
+        &lease.value
+    }
+}
+
+impl<V: fmt::Debug> fmt::Debug for LeaseRef<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LeaseRef").field(self.value()).finish()
+    }
+}
+
+impl<V> Clone for LeaseRef<V> {
+    fn clone(&self) -> Self {
+        // SAFETY: this handle owns a reference, so the lease is alive. `Relaxed`, as for an
+        // `Arc` clone: the new reference comes from one the thread owns already.
+        let lease = unsafe { self.head.as_ref() };
+        lease.assert_alive();
+        lease.refs.fetch_add(1, Ordering::Relaxed);
+        Self { head: self.head }
+    }
+}
+
+impl<V> Drop for LeaseRef<V> {
+    fn drop(&mut self) {
+        // SAFETY: this handle owns one reference.
+        unsafe { release(self.head, 1) };
+    }
+}
+
+/// A value lent out of a registry: an `Arc` clone (the locked path, a flight's outcome) or a
+/// reference to a hint's lease (a hit). Derefs to the value's target.
+pub enum Lent<V> {
+    /// A clone of the value's `Arc`.
+    Shared(Arc<V>),
+    /// A prepaid reference to a lease that holds a clone of the value's `Arc`.
+    Leased(LeaseRef<Arc<V>>),
+}
+
+impl<V> Lent<V> {
+    /// The value's `Arc`.
+    #[inline]
+    pub fn arc(&self) -> &Arc<V> {
+        match self {
+            Lent::Shared(value) => value,
+            Lent::Leased(lease) => lease.value(),
+        }
+    }
+
+    /// Whether two handles lend the same value.
+    pub fn ptr_eq(&self, other: &Lent<V>) -> bool {
+        Arc::ptr_eq(self.arc(), other.arc())
+    }
+
+    /// The value's `Arc` (one clone when leased).
+    pub fn into_arc(self) -> Arc<V> {
+        match self {
+            Lent::Shared(value) => value,
+            Lent::Leased(lease) => Arc::clone(lease.value()),
+        }
+    }
+}
+
+impl<V> From<Arc<V>> for Lent<V> {
+    fn from(value: Arc<V>) -> Self {
+        Lent::Shared(value)
+    }
+}
+
+impl<V> Clone for Lent<V> {
+    fn clone(&self) -> Self {
+        match self {
+            Lent::Shared(value) => Lent::Shared(Arc::clone(value)),
+            Lent::Leased(lease) => Lent::Leased(lease.clone()),
+        }
+    }
+}
+
+impl<V> Deref for Lent<V> {
+    type Target = V;
+
+    #[inline]
+    fn deref(&self) -> &V {
+        self.arc()
+    }
+}
+
+impl<V: fmt::Debug> fmt::Debug for Lent<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// What a reader's [`Hints::take`] found.
+pub(super) enum Taken<V> {
+    /// A reference to the key's lease.
+    Hit(LeaseRef<V>),
+    /// The key's word is spent: refill it (under the write lock), then read the table.
+    Spent,
+    /// No word names the key: read the table.
+    Miss,
+}
+
+/// References a writer took out of the hints under the lock, given back by its drop (after
+/// the lock is released, since the last one may free a value).
+pub(super) struct Withdrawn<V> {
+    leases: Vec<(NonNull<Head<V>>, usize)>,
+}
+
+impl<V> Withdrawn<V> {
+    pub(super) fn new() -> Self {
+        Self { leases: Vec::new() }
+    }
+}
+
+impl<V> Drop for Withdrawn<V> {
+    fn drop(&mut self) {
+        for (head, n) in self.leases.drain(..) {
+            // SAFETY: the word that owned these `n` references was swapped out by the writer
+            // that pushed them, so they are this value's to give back.
+            unsafe { release(head, n) };
+        }
+    }
+}
+
+/// One shard's hint words. See the [module documentation](self).
+pub(super) struct Hints {
+    /// INVARIANT: `words.len()` is a power of two (or zero: no hints). A non-empty word owns
+    /// `PREPAID - taken + 1` references to its lease; only writers holding the shard's write
+    /// lock move a word between empty and full; readers only raise `taken`.
+    words: Box<[AtomicU64]>,
+}
+
+impl Hints {
+    pub(super) fn new(len: usize) -> Self {
+        let len = if len == 0 { 0 } else { len.next_power_of_two() };
+        Self {
+            words: (0..len).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The two candidate words of a hash, and its tag.
+    #[inline]
+    fn candidates(&self, hash: u64) -> Option<([usize; 2], u64)> {
+        let mask = self.words.len().checked_sub(1)?;
+        let first = (hash >> 8) as usize & mask;
+        let mut second = (hash >> 20) as usize & mask;
+        if second == first {
+            second ^= 1;
+            second &= mask;
+        }
+        Some(([first, second], hash >> 60))
+    }
+
+    /// A reader's lock-free look for the key: a reference to its lease, or why not.
+    #[inline]
+    pub(super) fn take<K, V, Q>(&self, hash: u64, key: &Q) -> Taken<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let Some((candidates, tag)) = self.candidates(hash) else {
+            return Taken::Miss;
+        };
+        let mut spent = false;
+        for index in candidates {
+            let word = &self.words[index];
+            let mut seen = Word(word.load(Ordering::Relaxed));
+            let taken = loop {
+                if seen.is_empty() || seen.tag() != tag {
+                    break None;
+                }
+                if seen.taken() >= PREPAID {
+                    spent = true;
+                    break None;
+                }
+                match word.compare_exchange_weak(
+                    seen.0,
+                    seen.with_taken(seen.taken() + 1).0,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break Some(seen),
+                    // Another reader took a reference, or a writer withdrew, refilled or
+                    // replaced the word: decide again on what it holds now.
+                    Err(actual) => seen = Word(actual),
+                }
+            };
+            let Some(won) = taken else { continue };
+            let Some(head) = NonNull::new(won.addr().cast::<Head<V>>()) else {
+                continue;
+            };
+            // The CAS on the word that named this lease with `taken` below `PREPAID` handed
+            // this caller one of the word's references.
+            let lease = LeaseRef { head };
+            // SAFETY: `lease` owns a reference.
+            unsafe { head.as_ref() }.assert_alive();
+            // SAFETY: the lease is alive while `lease` owns its reference, and every lease a
+            // word of this shard names was created as `Lease<K, V>` by `publish`.
+            let lease_key = unsafe { &(*head.as_ptr().cast::<Lease<K, V>>()).key };
+            if lease_key.borrow() == key {
+                trace_transition!("hint: hit");
+                return Taken::Hit(lease);
+            }
+            // Another key with the same tag (or a lease set up at this address since the
+            // load): give the reference back and try the next candidate.
+            drop(lease);
+        }
+        if spent {
+            Taken::Spent
+        } else {
+            Taken::Miss
+        }
+    }
+
+    /// Sets up a word for `key` lending `value`, if one of its candidates is empty. The
+    /// caller holds the shard's write lock and has withdrawn any word of the key before.
+    pub(super) fn publish<K, V>(&self, hash: u64, key: &K, value: &V)
+    where
+        K: Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
+        let Some((candidates, tag)) = self.candidates(hash) else {
+            return;
+        };
+        let Some(word) = candidates
+            .iter()
+            .map(|&index| &self.words[index])
+            .find(|word| Word(word.load(Ordering::Relaxed)).is_empty())
+        else {
+            return;
+        };
+        // Prepaid before the word is visible: a reader may take one the moment it is.
+        let lease = Box::new(Lease {
+            head: Head {
+                refs: AtomicUsize::new(PREPAID as usize + 1),
+                value: value.clone(),
+                free: free_lease::<K, V>,
+                #[cfg(slotpool_loom)]
+                freed: std::sync::atomic::AtomicBool::new(false),
+            },
+            key: key.clone(),
+        });
+        let head = NonNull::from(Box::leak(lease)).cast::<u8>();
+        match Word::new(head, tag, 0) {
+            Some(published) => {
+                word.store(published.0, Ordering::Release);
+                trace_transition!("hint: set up");
+            }
+            // SAFETY: never published, so this is the only reference holder.
+            None => unsafe { free_lease::<K, V>(head.cast()) },
+        }
+    }
+
+    /// The word of `key` (found by its lease's key), if any. Writers only.
+    fn find<K, V, Q>(&self, hash: u64, key: &Q) -> Option<&AtomicU64>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (candidates, tag) = self.candidates(hash)?;
+        candidates
+            .iter()
+            .map(|&index| &self.words[index])
+            .find(|word| {
+                let seen = Word(word.load(Ordering::Relaxed));
+                // SAFETY: a published word owns a reference to its lease, and only writers (this
+                // caller holds the write lock) unpublish one, so the lease is alive.
+                !seen.is_empty()
+                    && seen.tag() == tag
+                    && unsafe { (*seen.addr().cast::<Lease<K, V>>()).key.borrow() == key }
+            })
+    }
+
+    /// Withdraws `key`'s word, if it has one, into `out` (whose drop gives back what the word
+    /// still owned). The caller holds the shard's write lock.
+    pub(super) fn withdraw<K, V, Q>(&self, hash: u64, key: &Q, out: &mut Withdrawn<V>)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if let Some(word) = self.find::<K, V, Q>(hash, key) {
+            Self::settle(word, out);
+        }
+    }
+
+    /// Withdraws every word into `out`. The caller holds the shard's write lock.
+    pub(super) fn withdraw_all<V>(&self, out: &mut Withdrawn<V>) {
+        for word in self.words.iter() {
+            Self::settle(word, out);
+        }
+    }
+
+    fn settle<V>(word: &AtomicU64, out: &mut Withdrawn<V>) {
+        // The swap orders this against every reader's CAS: `taken` is final.
+        let last = Word(word.swap(0, Ordering::AcqRel));
+        if let Some(head) = NonNull::new(last.addr().cast::<Head<V>>()) {
+            let owned = PREPAID - last.taken() + 1;
+            out.leases.push((head, owned as usize));
+            trace_transition!("hint: withdrawn after {} taken", last.taken());
+        }
+    }
+
+    /// Refills `key`'s spent word (if it still has one): empties it, restores the references
+    /// readers took, and publishes it again. The caller holds the shard's write lock.
+    pub(super) fn refill<K, V, Q>(&self, hash: u64, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let Some(word) = self.find::<K, V, Q>(hash, key) else {
+            return;
+        };
+        // Empty first, so `taken` is final (readers meanwhile take the locked path).
+        let last = Word(word.swap(0, Ordering::AcqRel));
+        let head = last.addr().cast::<Head<V>>();
+        // SAFETY: the word owned `PREPAID - taken + 1 >= 1` references, now this caller's.
+        let lease = unsafe { &*head };
+        lease.assert_alive();
+        let refs = &lease.refs;
+        // Prepaid again before the word is visible again.
+        refs.fetch_add(last.taken() as usize, Ordering::Relaxed);
+        word.store(last.with_taken(0).0, Ordering::Release);
+        trace_transition!("hint: refilled after {} taken", last.taken());
+    }
+}
+
+impl fmt::Debug for Hints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hints")
+            .field("words", &self.words.len())
+            .finish()
+    }
+}
