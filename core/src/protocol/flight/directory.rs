@@ -310,10 +310,9 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let rebuilt = match touch {
-            Touch::Fresh => {
-                debug_assert!(!alive, "a fresh, live value is usable");
-                retire(&*value)
-            }
+            // (Not reached from `check`, which hands a fresh, live value out itself.)
+            Touch::Fresh if alive => return Step::Ready(value),
+            Touch::Fresh => retire(&*value),
             // Loses to a concurrent touch (then the next lookup finds it fresh again).
             Touch::Stale => retire_if_idle(&*value, now, max_idle),
             Touch::Retired => false,
