@@ -36,6 +36,7 @@
 //! | `session-hot` | `SessionPool::acquire` of an active session and drop, cycling 1000 sessions |
 //! | `limit` | `Limit::try_acquire` and drop |
 //! | `gate` | a wait on the gate and its notify: with the one permit of a `Limit` held, poll its `acquire()` (it queues), drop the held permit (which hands it to the waiter), poll again (ready) |
+//! | `client-168`, `managed-216` | `client` and `managed` with an object of 168 and 216 bytes (the gRPC bench's tonic client, a `managed::postgres::PgClient`) |
 //!
 //! and, for comparison only (not in the budgets): `reference`, `reference-depth1`,
 //! `reference-depth1-busy` (R1's stream pool), `client-deadpool`, `managed-deadpool`,
@@ -82,7 +83,12 @@ const BUDGETS: &[(&str, &str)] = &[
     ("stream-scan", "stream acquire + drop, 240 of 256 full"),
     ("stream-depth1", "stream acquire + drop, depth 1"),
     ("client", "client checkout + return"),
+    ("client-168", "client checkout + return, a 168-byte client"),
     ("managed", "managed `get().await` + drop"),
+    (
+        "managed-216",
+        "managed `get().await` + drop, a 216-byte object",
+    ),
     ("keyed", "keyed `admit` + drop"),
     ("session-hot", "session hot `acquire` + drop"),
     ("limit", "`Limit::try_acquire` + drop"),
@@ -203,6 +209,10 @@ fn run(which: &str, rounds: u64) {
             let pool = client_cases::slotpool(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
+        "client-168" => {
+            let pool = rt.block_on(large::clients());
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
         "client-deadpool" => {
             let pool = client_cases::deadpool(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
@@ -221,6 +231,10 @@ fn run(which: &str, rounds: u64) {
         }
         "managed" => {
             let pool = managed::slotpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed-216" => {
+            let pool = rt.block_on(large::pool());
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
         "managed-deadpool" => {
@@ -466,4 +480,97 @@ fn disassemble_locked(object: &str) -> Option<HashSet<u64>> {
         }
     }
     Some(locked)
+}
+
+/// `managed-216`: the `managed` path with an object the size of a `managed::postgres::PgClient`
+/// (216 bytes), to tell what the object's moves cost.
+mod large {
+    use std::convert::Infallible;
+    use std::hint::black_box;
+
+    use slotpool::managed::{Manager, Pool};
+    use slotpool_bench::cases::client::Checkout;
+
+    pub struct Large;
+
+    impl Manager for Large {
+        type Type = [u64; 27];
+        type Error = Infallible;
+
+        async fn create(&self) -> Result<[u64; 27], Infallible> {
+            Ok([0; 27])
+        }
+    }
+
+    pub struct LargePool(Pool<Large>);
+
+    impl Checkout for LargePool {
+        async fn checkout(&self) {
+            let object = self.0.get().await.expect("never fails");
+            black_box(&object[0]);
+        }
+    }
+
+    pub async fn pool() -> LargePool {
+        let pool = Pool::builder(Large)
+            .max_size(16)
+            .reap_interval(None)
+            .build()
+            .expect("valid");
+        let held: Vec<_> = futures_held(&pool).await;
+        drop(held);
+        LargePool(pool)
+    }
+
+    /// A client the size of the gRPC bench's tonic client (168 bytes).
+    pub struct LargeClients;
+
+    impl slotpool::client::ClientFactory<u64> for LargeClients {
+        type Client = [u64; 21];
+        type Error = Infallible;
+        async fn make(&self, _: &u64) -> Result<[u64; 21], Infallible> {
+            Ok([0; 21])
+        }
+    }
+
+    pub struct LargeClientPool(
+        std::sync::Arc<
+            slotpool::client::ClientPool<slotpool_bench::fixtures::IdChannels, LargeClients>,
+        >,
+    );
+
+    impl Checkout for LargeClientPool {
+        async fn checkout(&self) {
+            let client = self.0.acquire().await.expect("never fails");
+            black_box(&client[0]);
+        }
+    }
+
+    pub async fn clients() -> LargeClientPool {
+        let channels =
+            slotpool::channel::ChannelPool::builder(slotpool_bench::fixtures::IdChannels)
+                .max_clients_per_channel(4)
+                .reap_interval(None)
+                .build()
+                .expect("valid");
+        let clients = slotpool::client::ClientPool::builder(channels, LargeClients)
+            .max_clients(Some(16))
+            .reap_interval(None)
+            .build()
+            .expect("valid");
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            held.push(clients.acquire().await.expect("room"));
+        }
+        drop(held);
+        LargeClientPool(clients)
+    }
+
+    async fn futures_held(pool: &Pool<Large>) -> Vec<slotpool::managed::Object<Large>> {
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            held.push(pool.get().await.expect("room"));
+        }
+        held
+    }
 }

@@ -299,9 +299,11 @@ pub struct ClientPool<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     reaper: Option<tokio::task::AbortHandle>,
 }
 
-/// What an idle slot holds: the client and its share of a channel.
+/// What an idle slot holds: the client (on the heap: checkouts and returns move this through
+/// the cell and the acquire future, and a client inline, a tonic client of a few hundred
+/// bytes, was copied whole on each move) and its share of a channel.
 struct Pooled<C: ChannelConnector, F: ClientFactory<C::Channel>> {
-    client: F::Client,
+    client: Box<F::Client>,
     /// Held for the client's whole life (R1): dropping the client releases it.
     channel: ChannelGuard<C>,
     /// The client's own handle on the pool (see [`Anchor`]).
@@ -485,7 +487,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
                 Ok(Self::guard(
                     lease,
                     Pooled {
-                        client,
+                        client: Box::new(client),
                         channel,
                         anchor,
                     },

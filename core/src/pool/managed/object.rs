@@ -73,7 +73,7 @@ impl<M: Manager> Object<M> {
         if shared.config.min_idle > 0 {
             shared.maintain.notify_one();
         }
-        object
+        *object
     }
 
     /// What the pool knows about the object (creation, last return, recycles).
