@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
+use slotpool::flight::TOUCH_SLACK;
 use slotpool::session::{
     Connector, LoopId, Origin, Session, SessionContext, SessionError, SessionPool, Stage,
 };
@@ -312,7 +313,11 @@ impl Model {
         if let Some(current) = self.active[s].clone() {
             if !current.dead && !self.idle(&current) {
                 if let Some(session) = self.active[s].as_mut() {
-                    session.last_used = self.now;
+                    // A stamp within `max_idle / TOUCH_SLACK` of now is left as it is (the
+                    // touch writes nothing), so the reaper may retire it that much early.
+                    if self.now.saturating_sub(session.last_used) > Self::max_idle() / TOUCH_SLACK {
+                        session.last_used = self.now;
+                    }
                 }
                 return Outcome::Ok {
                     conn: current.conn,
