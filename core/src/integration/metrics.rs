@@ -17,10 +17,10 @@
 //! | pool | gauges | counters (`_total`) |
 //! |---|---|---|
 //! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `wait_nanoseconds`, `completed`, `failed`, `cancelled`, `spin_ups`, `connect_failures`, `stream_failures`, `panics`, `open_timeouts`, `stalls`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
-//! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps,broken}_total` |
+//! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps,broken,panics}_total` |
 //! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,wait_nanoseconds,created,make_failures,discards,reaps}_total` |
 //! | [`managed::Pool`](crate::managed::Pool) | `slotpool_managed_{max_size,size,available,in_use,waiting}` | `slotpool_managed_{checkouts,waits,wait_nanoseconds,created,created_off_caller,create_failures,recycled,discarded,expired,reaped,surplus,retained_out,detached,panics,paused}_total` |
-//! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,waits,wait_nanoseconds,released,reaped,rebuilt}_total` |
+//! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,waits,wait_nanoseconds,released,reaped,rebuilt,panics}_total` |
 //!
 //! (The keyed admission pool exports per caller key as it goes; see
 //! [`keyed`](crate::keyed#statistics-and-metrics).)
@@ -238,6 +238,7 @@ impl Export for ChannelStats {
         counter("slotpool_channel_opened_total", pool, self.opened);
         counter("slotpool_channel_reaps_total", pool, self.reaps);
         counter("slotpool_channel_broken_total", pool, self.broken);
+        counter("slotpool_channel_panics_total", pool, self.panics);
     }
 }
 
@@ -293,6 +294,7 @@ impl Export for SessionStats {
         counter("slotpool_session_released_total", pool, self.released);
         counter("slotpool_session_reaped_total", pool, self.reaped);
         counter("slotpool_session_rebuilt_total", pool, self.rebuilt);
+        counter("slotpool_session_panics_total", pool, self.panics);
     }
 }
 
