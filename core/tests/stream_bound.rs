@@ -11,10 +11,11 @@
 //! What keeps the bound on a stream the driver retires: `Driver::run` drops the inbound half
 //! (and `Driver::open` the connect future) before `Driver::finish` drains the slot and
 //! releases the units it holds, so the slot empties only once the halves are gone. Idle
-//! reaping does not go through that order: the reaper's pass empties the slot itself and
-//! only then asks the driver to stop, so a new stream can open beside a reaped one still
-//! closing; that test is ignored, with what it finds, until the pool keeps the slot until the
-//! driver has let go.
+//! reaping is the one retirement the driver does not start: the reaper's pass keeps one unit
+//! on the retired (Draining) slot and hands it to the driver, which releases it after the
+//! halves are gone (`SlotTable::reap_idle_holding`), so no stream opens beside a reaped one
+//! still closing. (The pass used to empty the slot itself and only then ask the driver to
+//! stop; `a_reaped_stream_counts_until_its_halves_are_dropped` found it.)
 //!
 //! Real threads (a held close blocks one of the runtime's two workers; the test's own thread
 //! is not one of them), the pool's clock mocked and driven by hand; the drivers' own timers
@@ -505,16 +506,13 @@ fn a_stream_that_timed_out_opening_counts_until_its_connect_is_dropped() {
     });
 }
 
-/// An idle stream the reaper retires should count until its driver has dropped its halves.
-/// It does not: the pass's CAS in `SlotTable::reap_idle_keeping` takes the slot from Ready
-/// (load 0) straight to Empty and publishes the vacancy, and only then does the pool's
-/// `on_retire` ask the driver to stop (`Stop::REAPED`); the driver drops the halves when it
-/// next runs. Meanwhile a `try_acquire` claims the Empty slot and a second stream connects
-/// beside the one still closing (2 transports with `max_streams(1)`).
+/// An idle stream the reaper retires counts until its driver has dropped its halves. (It did
+/// not: the pass took the slot from Ready straight to Empty and only then asked the driver to
+/// stop, so a `try_acquire` claimed the slot and a second stream connected beside the one
+/// still closing, 2 transports with `max_streams(1)`. The pass now keeps one unit on the
+/// Draining slot, `SlotTable::reap_idle_holding`, and the driver releases it after the
+/// halves.)
 #[test]
-#[ignore = "overshoot: reaping frees the slot (Ready -> Empty in SlotTable::reap_idle_keeping) \
-            before the driver drops the reaped stream's halves, so a new stream opens beside \
-            one still closing"]
 fn a_reaped_stream_counts_until_its_halves_are_dropped() {
     runtime().block_on(async {
         let (mut f, _open) = Fixture::new(1, 1);

@@ -634,6 +634,11 @@ impl<C: StreamConnector> Driver<C> {
             self.shared.table.release(pending.reservation);
             let _ = pending.reply.send(Err(refusal.error(Reach::NotSent)));
         }
+        // Last: a reaper's unit keeps the slot from every claim until the stream's halves are
+        // gone (every caller of `finish` has dropped them); with it released the slot empties.
+        if let Some(unit) = self.incarnation.reaped_unit.let_go() {
+            self.shared.table.release(unit);
+        }
     }
 }
 

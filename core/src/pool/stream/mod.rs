@@ -89,7 +89,12 @@
 //! past their `open_timeout`, and stalled ones: noted by one pass and declared by a later
 //! one), then reopens streams up to `min_streams`. A background task calls it every
 //! `reap_interval`; tests call it directly with a `quanta::Clock::mock()` clock. A reap racing
-//! an acquire never closes a stream that was just reserved.
+//! an acquire never closes a stream that was just reserved. A reaped stream counts against
+//! `max_streams` until its driver has dropped the stream's halves: its slot stays draining,
+//! with one unit of load (counted in [`TableStats::in_flight`]) held for the driver, which
+//! releases it once the halves are gone; only then can another stream open in its place. Every
+//! other retirement (a failure, a stall, an open timeout) is the driver's own, and it too
+//! empties the slot only after the halves.
 //!
 //! The drivers' timers fire the hung-peer deadlines first wherever tokio's time driver runs;
 //! the pass is their backstop, for what has no such timer: a runtime built without the time
@@ -121,7 +126,7 @@ use crate::error::{AcquireError, Reach, TryAcquireError};
 use crate::gate::WaitState;
 use crate::pool::reap::nanos;
 use crate::pool::wait::WaitTotal;
-use crate::slots::{Generation, Phase, Reservation, SlotTable, TableStats};
+use crate::slots::{Generation, Handover, Phase, Reservation, SlotTable, TableStats};
 use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, Published};
 
 mod builder;
@@ -380,6 +385,11 @@ struct Incarnation<C: StreamConnector> {
     /// has been seen unchanged and busy.
     stall_seen: AtomicU64,
     stall_since: AtomicU64,
+    /// The unit a reaper's pass keeps on the slot while the stream closes (the slot counts
+    /// against `max_streams` until the driver has let go of the stream's halves): parked here
+    /// by the reaper, released by the driver's [`finish`](Driver), or by the reaper if the
+    /// driver finished first.
+    reaped_unit: Handover,
 }
 
 /// The bits of [`Incarnation::stop_reasons`].
@@ -411,6 +421,7 @@ impl<C: StreamConnector> Incarnation<C> {
             activity: AtomicU64::new(0),
             stall_seen: AtomicU64::new(u64::MAX),
             stall_since: AtomicU64::new(0),
+            reaped_unit: Handover::new(),
         }
     }
 
@@ -719,11 +730,11 @@ impl<C: StreamConnector> Shared<C> {
         let incarnation = Arc::new(Incarnation::new(reservation.generation(), tx, started));
         self.table.with_slot(reservation.index(), |slot| {
             let current = &slot.data().current;
-            // The slot was Empty, so the incarnation it held before has ended. A reaper that
-            // retired it stops its driver, unless this claim replaced it first (the reaper
-            // then finds another generation here): stop it now, or its driver idles forever.
-            // Only a slot's claimer stores here, so nothing comes between this read and the
-            // store.
+            // The slot was Empty, so the incarnation it held before has ended and its driver
+            // has let go (a reaped slot empties only when its driver releases the unit the
+            // reaper kept). Asking it to stop again costs nothing and keeps a driver from
+            // idling forever should a slot ever empty under a live one. Only a slot's claimer
+            // stores here, so nothing comes between this read and the store.
             current.with(|previous| {
                 if let Some(previous) = previous {
                     previous.request_stop(Stop::REAPED);
@@ -773,17 +784,30 @@ impl<C: StreamConnector> Shared<C> {
         let now_nanos = self.now_nanos(now);
         let timeout = nanos(self.idle_timeout);
         let mut reaped = 0;
+        // The retired slot keeps one unit until the driver has let go of the stream (no
+        // claim can open another stream in its place while this one closes); the unit goes
+        // to the driver, which releases it once the halves are dropped.
+        let mut orphans = Vec::new();
         self.table
-            .reap_idle_keeping(now_nanos, timeout, self.min_streams, |retired, cell| {
+            .reap_idle_holding(now_nanos, timeout, self.min_streams, |unit, cell| {
                 reaped += 1;
-                cell.current.with(|current| {
-                    if let Some(incarnation) = current {
-                        if incarnation.generation == retired.generation {
-                            incarnation.request_stop(Stop::REAPED);
-                        }
+                let orphan = cell.current.with(|current| match current {
+                    // A Ready slot's cell holds its incarnation: the claimer stored it before
+                    // the driver marked the slot Ready, and no claim comes in before the unit
+                    // is released.
+                    Some(incarnation) if incarnation.generation == unit.generation() => {
+                        let back = incarnation.reaped_unit.hold(unit);
+                        incarnation.request_stop(Stop::REAPED);
+                        back
                     }
+                    _ => Some(unit),
                 });
+                orphans.extend(orphan);
             });
+        // Units whose driver had let go already: nothing is left open, the slot may empty.
+        for unit in orphans {
+            self.table.release(unit);
+        }
         if reaped > 0 {
             self.counters.reaps.add(reaped as u64);
             tracing::debug!(reaped, "reaped idle streams");

@@ -137,9 +137,11 @@ use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::{Gate, WaitState};
 use crate::sync::{spin, trace_transition, Ordering};
 
+mod handover;
 mod segment;
 mod word;
 
+pub use handover::Handover;
 pub use segment::Slot;
 use segment::{Bitmap, Grown, Segment};
 pub use word::{Generation, Phase, Reservation, SlotWord};
@@ -1120,6 +1122,42 @@ impl<T> SlotTable<T> {
         now: u64,
         idle_timeout: u64,
         keep: usize,
+        on_retire: impl FnMut(Retired, &T),
+    ) {
+        self.reap_pass(now, idle_timeout, keep, false, on_retire);
+    }
+
+    /// [`SlotTable::reap_idle_keeping`] for an owner whose resource must count against the
+    /// table's capacity until it is closed. A retired slot goes to Draining with one unit of
+    /// load rather than straight to Empty, and `on_retire` gets that unit as a reservation of
+    /// the ended incarnation: no claim can take the slot while the owner closes the resource,
+    /// and the owner's [`release`](SlotTable::release) of the unit, once the resource is
+    /// closed, empties the slot and publishes its vacancy (waking a waiter), as the last
+    /// release of any draining slot does. Until then the slot counts as draining, its unit as
+    /// load ([`TableStats::in_flight`]).
+    pub fn reap_idle_holding(
+        &self,
+        now: u64,
+        idle_timeout: u64,
+        keep: usize,
+        mut on_retire: impl FnMut(Reservation, &T),
+    ) {
+        self.reap_pass(now, idle_timeout, keep, true, |retired, data| {
+            on_retire(
+                Reservation::new(retired.index, retired.generation, false),
+                data,
+            )
+        });
+    }
+
+    /// One reaper pass (see [`SlotTable::reap_idle`]); `hold`: retire to Draining with one
+    /// unit of load for the owner ([`SlotTable::reap_idle_holding`]) instead of to Empty.
+    fn reap_pass(
+        &self,
+        now: u64,
+        idle_timeout: u64,
+        keep: usize,
+        hold: bool,
         mut on_retire: impl FnMut(Retired, &T),
     ) {
         let mut live_seen = 0usize;
@@ -1152,18 +1190,24 @@ impl<T> SlotTable<T> {
                 if now.saturating_sub(since) < idle_timeout {
                     continue;
                 }
+                let next = if hold {
+                    // Load 0 here, so the unit cannot overflow the load field.
+                    current.with_phase(Phase::Draining).with_load(1)
+                } else {
+                    current.retired()
+                };
                 if slot
                     .word
-                    .compare_exchange(
-                        current.0,
-                        current.retired().0,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    )
+                    .compare_exchange(current.0, next.0, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
                 {
-                    trace_transition!("slots: reaped {}", segment.start + local);
-                    self.publish_vacancy(segment, local, slot);
+                    trace_transition!("slots: reaped {} -> {:?}", segment.start + local, next);
+                    if hold {
+                        // As a drain does: the room hint is stale, so scans skip the slot.
+                        self.clear_hint(&segment.room, local, slot, |w| w.has_room(self.max_load));
+                    } else {
+                        self.publish_vacancy(segment, local, slot);
+                    }
                     on_retire(
                         Retired {
                             index: segment.start + local,
