@@ -236,3 +236,30 @@ async fn every_setter_at_its_extremes_builds_and_runs_or_is_refused_by_name() {
 
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "something panicked");
 }
+
+/// The builder's and the pool's `Debug` say what a log line needs: the settings as given,
+/// and the pool's statistics.
+#[tokio::test]
+async fn the_builder_and_the_pool_print_their_settings_and_stats() {
+    let (script, _) = Script::echo();
+    let builder = script
+        .sized(3, 2)
+        .min_streams(1)
+        .open_timeout(Some(Duration::from_secs(7)));
+    let printed = format!("{builder:?}");
+    for part in [
+        "StreamPoolBuilder",
+        "max_streams: Some(3)",
+        "max_queue_depth: 2",
+        "min_streams: 1",
+        "open_timeout: Some(7s)",
+    ] {
+        assert!(printed.contains(part), "{part} missing from {printed}");
+    }
+    let pool = builder.build().unwrap();
+    round_trip(&pool, 1).await;
+    let printed = format!("{pool:?}");
+    for part in ["StreamPool", "stats: StreamStats", "acquires: 1"] {
+        assert!(printed.contains(part), "{part} missing from {printed}");
+    }
+}

@@ -350,12 +350,6 @@ impl<C: StreamConnector> Default for StreamCell<C> {
     }
 }
 
-impl<C: StreamConnector> fmt::Debug for StreamCell<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamCell").finish_non_exhaustive()
-    }
-}
-
 /// One stream's lifetime in one slot.
 struct Incarnation<C: StreamConnector> {
     generation: Generation,
