@@ -50,7 +50,10 @@
 //!
 //! A stream's driver marks it ready after it connects, an internal step no operation returns;
 //! the model lets a starting stream have become ready before a reaper step on its slot (the
-//! only operation whose result depends on it). Waits cancelled midway are not part of these histories (a
+//! only operation whose result depends on it). A reaped stream's slot stays Draining with one
+//! unit, the reaper's, until the stream's driver has let go of the stream and releases it (the
+//! slot then empties): another internal step, which the model lets happen before any
+//! operation after the reaper's step (`Pool::letting_go`). Waits cancelled midway are not part of these histories (a
 //! waiter handed a unit and then dropped holds it for a moment no operation shows); the stress
 //! tests and the shuttle tests cover them.
 
@@ -158,6 +161,10 @@ struct Pool {
     /// Acquires that waited, between their choice (or their hand-off) and their give-back,
     /// sorted by id. See [`Waiting`].
     waits: Vec<Waiting>,
+    /// Reaped slots (index, generation) whose driver has not yet let go of its stream: each
+    /// Draining with the reaper's unit, which the driver releases once the stream's halves
+    /// are gone (`SlotTable::reap_idle_holding`), at a moment no operation shows.
+    letting_go: Vec<(usize, u32)>,
 }
 
 /// A waiting acquire's hidden hand-off and give-back.
@@ -302,9 +309,39 @@ impl Spec for Pool {
     type Ret = Ret;
 
     fn apply(&self, op: &Op, ret: &Ret) -> Vec<Self> {
-        let mut states = self.step(op, ret);
-        for state in &mut states {
-            state.advance_scans();
+        let mut states = Vec::new();
+        for before in self.let_go_or_not() {
+            for mut state in before.step(op, ret) {
+                state.advance_scans();
+                if !states.contains(&state) {
+                    states.push(state);
+                }
+            }
+        }
+        states
+    }
+}
+
+impl Pool {
+    /// This state, and every state in which some of the reaped streams' drivers have let go
+    /// since (each releases the reaper's unit: its Draining slot empties, and hands nothing to
+    /// a waiter, as a release on a slot that takes no reservations does not).
+    fn let_go_or_not(&self) -> Vec<Pool> {
+        let mut states = vec![self.clone()];
+        for &(index, generation) in &self.letting_go {
+            let mut more = Vec::new();
+            for state in &states {
+                let mut gone = state.clone();
+                gone.letting_go.retain(|&held| held != (index, generation));
+                if !gone.model.release(index, generation) {
+                    continue;
+                }
+                gone.touch(index);
+                gone.released = None;
+                gone.advance_scans();
+                more.push(gone);
+            }
+            states.extend(more);
         }
         states
     }
@@ -503,7 +540,17 @@ impl Pool {
                 }
                 let mut states = Vec::new();
                 for mut candidate in found {
+                    let before = candidate.model.slots[*index].clone();
                     let retired = candidate.model.reap_slot(*index, *now, candidate.timeout);
+                    if retired {
+                        // Held for the driver: Draining with the reaper's unit, not Empty.
+                        let slot = &mut candidate.model.slots[*index];
+                        slot.phase = Phase::Draining;
+                        slot.load = 1;
+                        slot.generation = before.generation;
+                        candidate.letting_go.push((*index, before.generation));
+                        candidate.letting_go.sort_unstable();
+                    }
                     candidate.pass = Some(Pass {
                         next: index + 1,
                         retired: pass.retired + usize::from(retired),
@@ -869,6 +916,7 @@ fn initial() -> Pool {
         chosen: Vec::new(),
         scans: Vec::new(),
         waits: Vec::new(),
+        letting_go: Vec::new(),
     }
 }
 
