@@ -271,13 +271,16 @@ impl SlotStack {
         }
     }
 
-    /// Waits (yielding, never sleeping) until every client is back from the stream drivers
-    /// that no longer hold one, i.e. until clients in use equal open streams; gives up after
-    /// `max_yields` yields and returns whether it settled.
+    /// Waits (yielding, never sleeping) until no stream is still closing and every client is
+    /// back from the stream drivers that no longer hold one: no slot draining (a reaped
+    /// stream's slot stays draining until its driver has let go of the stream, and so of its
+    /// client) and clients in use at most the open streams; gives up after `max_yields`
+    /// yields and returns whether it settled.
     pub async fn settle(&self, max_yields: usize) -> bool {
         for _ in 0..max_yields {
             let open = self.open();
-            if self.clients.stats().in_use <= open.streams {
+            let closing = self.streams.stats().table.draining;
+            if closing == 0 && self.clients.stats().in_use <= open.streams {
                 return true;
             }
             tokio::task::yield_now().await;
