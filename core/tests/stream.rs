@@ -696,3 +696,42 @@ async fn the_clock_and_the_stats_parts_are_reexported() {
     let _: slotpool::TableStats = stats.table;
     assert_eq!(stats.breaker, slotpool::BreakerState::Closed);
 }
+
+/// A burst of responses larger than what one driver poll handles (the driver yields after a
+/// batch and carries on when polled again): every caller is answered, none lost or failed.
+#[tokio::test]
+async fn a_burst_of_responses_beyond_one_batch_reaches_every_caller() {
+    const BURST: u32 = 600;
+    let (script, mut streams) = Script::manual();
+    let pool = Arc::new(script.pool(1, BURST as usize));
+    let sends: Vec<_> = (0..BURST)
+        .map(|body| {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                let guard = pool.acquire().await.expect("room for the whole burst");
+                guard.send(Req::new(body)).await
+            })
+        })
+        .collect();
+    let server = async {
+        let mut server = streams.recv().await.expect("the stream");
+        let mut asked = Vec::new();
+        while asked.len() < BURST as usize {
+            let request = server.next_request().await.expect("a request");
+            asked.push((request.id.expect("an id"), request.body));
+        }
+        // Every answer at once: the driver finds them all ready in one poll.
+        for (id, body) in asked {
+            server.respond(id, body);
+        }
+        server
+    };
+    let (answers, _server) = tokio::join!(join_all(sends), server);
+    let mut bodies: Vec<u32> = answers
+        .into_iter()
+        .map(|answer| answer.expect("answered").body)
+        .collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, (0..BURST).collect::<Vec<_>>());
+    assert_eq!(pool.stats().completed, u64::from(BURST));
+}

@@ -209,7 +209,14 @@ pub struct Inbound {
 impl Stream for Inbound {
     type Item = Result<Resp, TestError>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let item = self.rx.poll_recv(cx);
+        // What is there first, without tokio's cooperative budget (which would end a burst
+        // after 128 items): as an inbound half that knows nothing of tokio does, so that the
+        // driver's own batch limit is what makes it yield.
+        let item = match self.rx.try_recv() {
+            Ok(item) => Poll::Ready(Some(item)),
+            Err(mpsc::error::TryRecvError::Disconnected) => Poll::Ready(None),
+            Err(mpsc::error::TryRecvError::Empty) => self.rx.poll_recv(cx),
+        };
         if let Poll::Ready(Some(Ok(_))) = &item {
             let faults = &self.faults;
             if Faults::take(&faults.panic_inbound) || faults.draw(&faults.inbound_rate) {
