@@ -735,3 +735,32 @@ async fn a_burst_of_responses_beyond_one_batch_reaches_every_caller() {
     assert_eq!(bodies, (0..BURST).collect::<Vec<_>>());
     assert_eq!(pool.stats().completed, u64::from(BURST));
 }
+
+/// Owned guards say which stream they hold room on, lowest first, as borrowed ones do; the
+/// guards and a waiting acquire print what they hold.
+#[tokio::test]
+async fn owned_guards_name_their_stream_and_print_what_they_hold() {
+    let (script, _) = Script::echo();
+    let pool = Arc::new(script.pool(2, 1));
+    let first = pool.try_acquire_owned().unwrap();
+    let second = pool.try_acquire_owned().unwrap();
+    assert_eq!(
+        (first.stream_index(), second.stream_index()),
+        (Some(0), Some(1))
+    );
+    let printed = format!("{second:?}");
+    assert!(
+        printed.starts_with("OwnedStreamGuard") && printed.contains("reservation: Some("),
+        "{printed}"
+    );
+    let mut waiting = pin!(pool.acquire());
+    assert!(poll_once(waiting.as_mut()).is_pending());
+    let printed = format!("{waiting:?}");
+    assert!(
+        printed.starts_with("Acquire") && printed.contains("waiting_since: Some("),
+        "{printed}"
+    );
+    drop(first);
+    let guard = waiting.await.unwrap();
+    assert_eq!(guard.stream_index(), Some(0));
+}
