@@ -5,7 +5,8 @@
 //! interval early; idle times computed from it are never too short." With a real clock the
 //! stamp comes from the background reaper's passes, so it is checked here against real time:
 //! never after the return, and well after the object's creation (an object held 600 ms and
-//! returned is not stamped with its creation time).
+//! returned is not stamped with its creation time). Without a background reaper a return reads
+//! the clock, and its stamp is exact.
 
 use std::time::Duration;
 
@@ -54,4 +55,33 @@ async fn a_return_is_stamped_on_a_real_clock_at_most_a_reap_interval_early() {
         before_return.duration_since(created)
     );
     assert!(returned > created, "the return, not the creation");
+}
+
+/// Without a background reaper a return reads the clock: the stamp is exact on a real clock
+/// (without quanta's upkeep thread the cheap recent time reads 0 for ever, and nothing else
+/// would bound how early it is), so an object used for 300 ms and returned is not taken as
+/// idle since its creation by a manual pass right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_reaper_a_return_is_stamped_when_it_happens() {
+    let clock = quanta::Clock::new();
+    let pool = Pool::builder(Counter)
+        .max_size(1)
+        .idle_timeout(Duration::from_millis(200))
+        .reap_interval(None)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let object = pool.get().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before_return = clock.now();
+    drop(object);
+    let after_return = clock.now();
+    assert_eq!(
+        pool.reap(clock.now()),
+        0,
+        "returned a moment ago: not idle for 200 ms"
+    );
+    let object = pool.get().await.unwrap();
+    let returned = Object::meta(&object).returned().expect("stamped");
+    assert!(before_return <= returned && returned <= after_return);
 }

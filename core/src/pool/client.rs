@@ -29,10 +29,10 @@
 //! injected clock's cheap `recent()` reading (exact for `quanta::Clock::mock()`, the time of
 //! quanta's upkeep thread if the application runs one) and the time of the pool's last reap
 //! pass. Neither is a clock read. [`ClientPool::reap`] closes clients idle for at least the
-//! idle timeout **plus the stamp's staleness bound** (the background reap interval, when the
-//! pool runs one; zero otherwise), so a client is never reaped early under a background
-//! reaper, and with manual `reap` calls its idle time counts from its release or from the
-//! last reap pass before it, whichever is later. Reaped clients release their channels with
+//! idle timeout **plus the stamp's staleness bound** (the background reap interval), so a
+//! client is never reaped early under a background reaper. A pool without one (manual `reap`
+//! calls) has nothing to bound that staleness, so its returns read the clock instead: a
+//! client's idle time counts from its release, on a real clock as on a mock one. Reaped clients release their channels with
 //! that idle-since time, so a [`ChannelPool::reap`] at the same instant closes the channels
 //! they leave idle (nested reaping).
 //!

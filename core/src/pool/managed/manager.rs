@@ -273,9 +273,10 @@ impl Meta {
         self.base + Duration::from_nanos(self.created)
     }
 
-    /// When it last came back to the pool (`None` before its first return). Returns read no
-    /// clock: this is the pool's recent time, at most one reap interval early (exact on a
-    /// mock clock); idle times computed from it are never too short.
+    /// When it last came back to the pool (`None` before its first return). Under a
+    /// background reaper returns read no clock: this is the pool's recent time, at most one
+    /// reap interval early (exact on a mock clock); without one each return reads the clock.
+    /// Idle times computed from it are never too short.
     pub fn returned(&self) -> Option<quanta::Instant> {
         self.returned
             .map(|returned| self.base + Duration::from_nanos(returned))

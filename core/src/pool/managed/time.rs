@@ -7,7 +7,10 @@
 //! application runs one, 0 otherwise) and the time of the pool's last reap pass. Neither is a
 //! clock read, so a stamp can be early by up to the background reap interval (its
 //! *staleness*), never late: idle times computed from it are never too short, and a reaper
-//! adds the staleness to its timeout so nothing is reaped early.
+//! adds the staleness to its timeout so nothing is reaped early. A pool without a background
+//! reaper has no pass to bound how stale that reading is (without quanta's upkeep thread,
+//! `recent()` reads 0 for ever, and manual passes may be far apart), so it reads the clock
+//! on each return instead: its stamps are exact.
 
 use std::time::Duration;
 
@@ -55,9 +58,13 @@ impl RecentClock {
         self.stamp(self.clock.now())
     }
 
-    /// A return stamp without a clock read (module docs).
+    /// A return stamp: without a clock read under a background reaper, exact (one clock
+    /// read) without one (module docs).
     #[inline]
     pub(crate) fn recent(&self) -> u64 {
+        if self.staleness == 0 {
+            return self.now();
+        }
         let recent = self.recent.load(Ordering::Relaxed);
         self.stamp(self.clock.recent()).max(recent)
     }
