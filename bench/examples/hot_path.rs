@@ -514,7 +514,7 @@ mod large {
     pub async fn pool() -> LargePool {
         let pool = Pool::builder(Large)
             .max_size(16)
-            .reap_interval(None)
+            .reap_interval(Some(slotpool_bench::cases::managed::IDLE_PASSES))
             .build()
             .expect("valid");
         let held: Vec<_> = futures_held(&pool).await;
@@ -555,7 +555,7 @@ mod large {
                 .expect("valid");
         let clients = slotpool::client::ClientPool::builder(channels, LargeClients)
             .max_clients(Some(16))
-            .reap_interval(None)
+            .reap_interval(Some(slotpool_bench::cases::managed::IDLE_PASSES))
             .build()
             .expect("valid");
         let mut held = Vec::new();
