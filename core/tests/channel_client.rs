@@ -704,3 +704,23 @@ async fn concurrent_acquire_release_discard_and_reap_balance_exactly() {
     f.channels.reap(now);
     f.assert_all_reaped();
 }
+
+/// The pool measures idle time on the clock it was given (`ChannelPool::clock` is that clock),
+/// and its builder prints the settings it was given.
+#[test]
+fn the_pool_keeps_its_clock_and_the_builder_prints_its_settings() {
+    let (time, pool, _) = channel_pool(3);
+    let start = pool.clock().now();
+    time.advance(Duration::from_secs(42));
+    assert_eq!(
+        pool.clock().now().duration_since(start),
+        Duration::from_secs(42),
+        "the injected mock clock"
+    );
+    let builder = ChannelPool::builder(Lazy::default()).max_clients_per_channel(5);
+    let printed = format!("{builder:?}");
+    assert!(
+        printed.starts_with("ChannelPoolBuilder") && printed.contains("max_clients_per_channel: 5"),
+        "{printed}"
+    );
+}
