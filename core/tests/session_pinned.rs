@@ -134,6 +134,8 @@ async fn defaults_are_1000_sessions_idle_for_ten_minutes() {
 struct Named {
     inner: Fake,
     calls: Arc<Mutex<Vec<String>>>,
+    /// The `connect` call (counting from 1) that fails; 0: none.
+    fail_connect_call: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Connector for Named {
@@ -142,7 +144,15 @@ impl Connector for Named {
     type Error = FakeError;
 
     fn connect(&self) -> impl Future<Output = Result<Arc<ConnState>, FakeError>> + Send {
-        self.calls.lock().unwrap().push("connect".into());
+        let call = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push("connect".into());
+            calls.iter().filter(|c| *c == "connect").count()
+        };
+        let fail = call == self.fail_connect_call.load(Ordering::SeqCst);
+        if fail {
+            self.inner.0.fail_connect.fetch_add(1, Ordering::SeqCst);
+        }
         self.inner.connect()
     }
 
@@ -443,4 +453,58 @@ async fn prewarm_after_stop_is_closed() {
     assert!(matches!(error, SessionError::Closed), "{error:?}");
     assert_eq!(error.reach(), Reach::NotSent);
     assert_eq!(counts.connects(), 0);
+}
+
+/// `prewarm`: "`SessionError::Connect` on the first failed connect ... (those opened before
+/// either are kept)".
+#[tokio::test]
+async fn prewarm_keeps_the_connections_opened_before_a_failed_connect() {
+    let connector = Named::default();
+    connector.fail_connect_call.store(3, Ordering::SeqCst);
+    let counts = Arc::clone(&connector.inner.0);
+    let pool = SessionPool::builder(connector)
+        .pool_size(4)
+        .prewarm(4)
+        .reap_every(None)
+        .build()
+        .unwrap();
+    let error = pool.prewarm().await.unwrap_err();
+    assert!(matches!(error, SessionError::Connect { .. }), "{error:?}");
+    assert_eq!(
+        pool.stats().idle,
+        2,
+        "the two opened before the failure are kept"
+    );
+    assert_eq!(counts.closed(), 0);
+    assert_eq!(
+        pool.prewarm().await.unwrap(),
+        2,
+        "and only the rest is opened next"
+    );
+}
+
+/// *Cancellation*: "a follower dropped at its wait only removes its own waker": the other
+/// followers of the flight still get its outcome.
+#[tokio::test]
+async fn a_dropped_follower_leaves_the_other_followers_waiting() {
+    let (pool, counts) = held_pool(2);
+    let leader = common::session::spawn_acquire(&pool, "s");
+    counts.bootstrap_entered().await;
+    let follower = common::session::spawn_acquire(&pool, "s");
+    run_spawned().await;
+    {
+        let ctx = ctx();
+        let mut dropped = pin!(pool.acquire("s", &ctx));
+        assert!(
+            poll_once(dropped.as_mut()).is_pending(),
+            "joined the flight"
+        );
+    }
+    counts.let_bootstrap_proceed();
+    common::settle_until("the other follower was never woken", || {
+        follower.is_finished()
+    })
+    .await;
+    let session = follower.await.unwrap().expect("the follower's session");
+    assert!(session.same_connection(&leader.await.unwrap().unwrap()));
 }
