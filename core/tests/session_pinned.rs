@@ -508,3 +508,24 @@ async fn a_dropped_follower_leaves_the_other_followers_waiting() {
     let session = follower.await.unwrap().expect("the follower's session");
     assert!(session.same_connection(&leader.await.unwrap().unwrap()));
 }
+
+/// *Panics of user code*: each caught panic "logs its message as a `tracing` error event (the
+/// place, never the request's contents)".
+#[tokio::test]
+async fn a_caught_panic_logs_the_place_and_not_the_request() {
+    let (pool, counts, _time) = pool(2);
+    let (logs, _guard) = common::logs::capture_logs();
+    let _listening = common::panics::listen_across_threads();
+    counts.panic_bootstrap.store(1, Ordering::SeqCst);
+    let request = SessionContext::new("secret-workspace", "secret-user");
+    let error = pool.acquire("secret-session", &request).await.unwrap_err();
+    assert!(matches!(error, SessionError::Panicked { .. }), "{error:?}");
+    let text = logs.text();
+    assert!(text.contains("ERROR"), "{text}");
+    assert!(text.contains("session connector (bootstrap)"), "{text}");
+    assert!(text.contains("bootstrap exploded"), "{text}");
+    assert!(
+        !text.contains("secret"),
+        "the request's contents were logged: {text}"
+    );
+}
