@@ -131,6 +131,16 @@ pub(crate) fn drop_guarded<T>(value: T) {
     }
 }
 
+/// Drops values of user code one at a time, each as [`drop_guarded`]: a panic in one
+/// destructor is contained and the rest are still dropped. (Dropping the collection under one
+/// guard would drop the rest while the first panic unwinds, and a second panic there aborts
+/// the process.)
+pub(crate) fn drop_each_guarded<T>(values: impl IntoIterator<Item = T>) {
+    for value in values {
+        drop_guarded(value);
+    }
+}
+
 #[cfg(all(test, not(slotpool_loom)))]
 mod tests {
     use std::future::Future;

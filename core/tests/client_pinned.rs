@@ -3,8 +3,7 @@
 //! timeout, FIFO waiters and the wake-up a dropped waiter passes on, what `close` and the last
 //! handle's drop do with idle clients, and the single log line of a contained panic. Time is
 //! `quanta::Clock::mock()`; the background reaper ticks on a paused tokio clock the test moves
-//! by hand. One real-clock test (ignored: the docs and the code disagree) sleeps to let real
-//! time pass, never to wait for a condition.
+//! by hand. One real-clock test sleeps to let real time pass, never to wait for a condition.
 
 mod common;
 
@@ -252,13 +251,12 @@ async fn a_contained_panic_is_logged_once() {
 }
 
 /// *Idle time*: "with manual `reap` calls its idle time counts from its release or from the
-/// last reap pass before it, whichever is later". On the default clock (`quanta::Clock::new()`,
-/// no upkeep thread) `recent()` reads 0, so a return is stamped with the last reap pass (or
-/// the pool's start) alone: a client held for 400 ms and reaped right after its return is
-/// taken as idle for 400 ms.
+/// last reap pass before it, whichever is later", as the docs said then; they now say a pool
+/// without a background reaper reads the clock on each return. On the default clock
+/// (`quanta::Clock::new()`, no upkeep thread) `recent()` reads 0, so a return was stamped with
+/// the last reap pass (or the pool's start) alone: a client held for 400 ms and reaped right
+/// after its return was taken as idle for 400 ms.
 #[test]
-#[ignore = "docs and code disagree: on a real clock without quanta's upkeep thread, manual \
-            reaps count idle time from the last reap pass, not from the release"]
 fn manual_reaps_count_idle_time_from_the_release_on_a_real_clock() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

@@ -290,7 +290,7 @@ impl<C: ChannelConnector> ChannelShared<C> {
                 "closed channels their last client left broken"
             );
         }
-        crate::panic::drop_guarded(reaped);
+        crate::panic::drop_each_guarded(reaped);
         count
     }
 
@@ -309,8 +309,9 @@ impl<C: ChannelConnector> ChannelShared<C> {
             tracing::debug!(reaped = count, "reaped idle channels");
         }
         // The channels close here, outside any slot operation; a channel's destructor is the
-        // connector's code, so a panic in it is contained (the reaper carries on).
-        crate::panic::drop_guarded(reaped);
+        // connector's code, so a panic in it is contained (the reaper carries on), one
+        // channel at a time (a second panic while the first unwinds would abort).
+        crate::panic::drop_each_guarded(reaped);
         count
     }
 }
