@@ -199,3 +199,25 @@ async fn the_reaper_replaces_a_min_idle_object_past_its_lifetime() {
     assert_eq!((stats.expired, stats.reaped, stats.created), (1, 0, 2));
     f.assert_balanced();
 }
+
+/// Module docs, failure model: a panic in `detach` or an object's destructor "fails no caller
+/// (... a reaper pass ... carries on)": every idle object past the timeout is still dropped,
+/// each panic counted.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_reaper_pass_carries_on_past_panics_in_detach_and_destructors() {
+    let f = Fixture::new(3);
+    let objects = [
+        f.pool.get().await.unwrap(),
+        f.pool.get().await.unwrap(),
+        f.pool.get().await.unwrap(),
+    ];
+    drop(objects);
+    f.ledger.panic_on_detach(0);
+    f.ledger.panic_on_drop(1);
+    f.time.advance(common::managed::IDLE);
+    assert_eq!(f.pool.reap(f.time.now()), 3);
+    assert!((0..3).all(|id| f.ledger.was_dropped(id)));
+    let stats = f.pool.stats();
+    assert_eq!((stats.reaped, stats.panics), (3, 2), "{stats:?}");
+    f.assert_balanced();
+}
