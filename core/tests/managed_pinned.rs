@@ -221,3 +221,51 @@ async fn a_reaper_pass_carries_on_past_panics_in_detach_and_destructors() {
     assert_eq!((stats.reaped, stats.panics), (3, 2), "{stats:?}");
     f.assert_balanced();
 }
+
+/// Builder, `CreateBackoff`: "A `get` that needs a new object while creations are paused
+/// gives its room back (to a waiter, or for an object that comes back) and sleeps until the
+/// pause ends, then tries again". Here the room is taken by an object added during the pause,
+/// which the sleeping `get` is then served with, creating nothing.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_get_paused_by_the_backoff_gives_its_room_back_while_it_sleeps() {
+    use slotpool::managed::{CreateBackoff, Manager};
+    use std::pin::pin;
+
+    let f = Fixture::with(1, |b| {
+        b.create_backoff(CreateBackoff {
+            after_failures: 3,
+            first: SECOND,
+            backoff: SECOND,
+            fail_fast: false,
+        })
+    });
+    // The mock clock follows tokio's paused one.
+    let follow = tokio::spawn({
+        let time = f.time.clone();
+        async move {
+            loop {
+                tokio::time::sleep(MS).await;
+                time.advance(MS);
+            }
+        }
+    });
+    let spare = f.pool.manager().create().await.unwrap();
+    f.script.creates(&[Act::Fail, Act::Fail, Act::Fail]);
+    for _ in 0..3 {
+        assert!(matches!(f.pool.get().await, Err(PoolError::Create(_))));
+    }
+    let attempts = f.pool.stats().create_failures;
+
+    let mut paused = pin!(f.pool.get());
+    assert!(common::poll_once(paused.as_mut()).is_pending());
+    assert_eq!(f.pool.status().size, 0, "the sleeping get holds no room");
+    assert!(f.pool.add(spare).is_ok(), "the room is there for an object");
+
+    let object = paused.await.unwrap();
+    assert_eq!(object.id, 0, "served with the object that took the room");
+    let stats = f.pool.stats();
+    assert_eq!((stats.create_failures, stats.created), (attempts, 1));
+    drop(object);
+    follow.abort();
+    f.assert_balanced();
+}
