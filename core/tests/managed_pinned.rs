@@ -269,3 +269,25 @@ async fn a_get_paused_by_the_backoff_gives_its_room_back_while_it_sleeps() {
     follow.abort();
     f.assert_balanced();
 }
+
+/// Builder, `error_sink`: "a panic in it is counted and logged".
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_panic_in_the_error_sink_is_counted_and_logged() {
+    let (logs, _guard) = capture_logs();
+    let _listening = listen_across_threads();
+    let f = Fixture::with(2, |b| {
+        b.min_idle(1)
+            .error_sink(|_: &PoolError<common::managed::Injected>| {
+                common::panics::inject("the error sink")
+            })
+    });
+    f.script.creates(&[Act::Fail]);
+    settle_until("the sink's panic counted", || f.pool.stats().panics == 1).await;
+    let text = logs.text();
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("ERROR") && line.contains("the error sink exploded"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(errors[0].contains("place=\"error sink\""), "{text}");
+}
