@@ -146,7 +146,10 @@ impl<M: Manager> Shared<M> {
             Err(error) => {
                 self.slots.retire(lease);
                 self.counters.create_failures.incr();
-                tracing::warn!(%error, "creating an object failed");
+                // A panic was logged once already, as an error, where it was caught.
+                if !matches!(error, PoolError::Panicked { .. }) {
+                    tracing::warn!(%error, "creating an object failed");
+                }
                 Err(error)
             }
         }
