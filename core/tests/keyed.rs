@@ -798,3 +798,29 @@ mod metrics_export {
         assert_eq!(capture.gauge(journal_gauge), 0.0);
     }
 }
+
+/// An admission reports its share's size and the slots in use with it counted; the registry
+/// times waits on the clock it was given.
+#[tokio::test]
+async fn an_admission_reports_its_share_and_the_registry_keeps_its_clock() {
+    let (clock, mock) = quanta::Clock::mock();
+    let keyed = Keyed::builder()
+        .default_share(3)
+        .family("journal")
+        .clock(clock)
+        .build()
+        .unwrap();
+    let first = keyed.admit(&"journal", LONG).await.unwrap();
+    assert_eq!((first.capacity(), first.in_use()), (3, 1));
+    let second = keyed.admit(&"journal", LONG).await.unwrap();
+    assert_eq!((first.in_use(), second.in_use()), (2, 2));
+    drop(first);
+    assert_eq!(second.in_use(), 1);
+    let start = keyed.clock().now();
+    mock.increment(Duration::from_secs(42));
+    assert_eq!(
+        keyed.clock().now().duration_since(start),
+        Duration::from_secs(42),
+        "the injected mock clock"
+    );
+}
