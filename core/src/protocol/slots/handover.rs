@@ -109,10 +109,15 @@ mod tests {
     #[test]
     fn a_unit_parked_before_the_close_goes_to_the_owner() {
         let handover = Handover::new();
+        assert!(!handover.is_let_go());
+        assert_eq!(format!("{handover:?}"), "Handover(\"serving\")");
         assert_eq!(handover.hold(unit()), None);
+        assert!(!handover.is_let_go());
+        assert_eq!(format!("{handover:?}"), "Handover(\"unit parked\")");
         assert_eq!(handover.let_go(), Some(unit()));
         assert_eq!(handover.let_go(), None, "taken once");
         assert!(handover.is_let_go());
+        assert_eq!(format!("{handover:?}"), "Handover(\"let go\")");
     }
 
     #[test]
