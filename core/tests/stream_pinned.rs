@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::stream::{outcome, round_trip, Req, Script};
-use common::{poll_once, run_spawned, settle, MockTime, ReapByHand};
+use common::{poll_once, run_spawned, settle, settle_until, MockTime, ReapByHand};
 use slotpool::breaker::BreakerState;
 use slotpool::stream::{RequestError, StreamStats};
 use slotpool::Reach;
@@ -270,4 +270,35 @@ async fn a_guard_dropped_unsent_is_counted_as_none_of_the_outcomes() {
         ..
     } = pool.stats();
     assert_eq!((acquires, completed, failed, cancelled), (2, 1, 0, 0));
+}
+
+/// Builder: `min_streams` "keeps at least `n` open: the reaper ... reopens any that failed";
+/// module docs: a pass "then reopens streams up to `min_streams`". A kept stream that the peer
+/// ends is replaced by the next pass, not by the next acquire.
+#[tokio::test(flavor = "current_thread")]
+async fn the_reaper_reopens_a_failed_min_stream() {
+    let time = MockTime::new();
+    let (script, mut streams) = Script::manual();
+    let pool = script
+        .sized(2, 1)
+        .min_streams(1)
+        .reaped_by_hand(&time)
+        .build()
+        .unwrap();
+    let first = streams.recv().await.expect("the prewarmed stream");
+    settle(|| pool.stats().table.ready == 1).await;
+    first.fail("peer ended it");
+    settle(|| pool.stats().table.empty == 2).await;
+    assert_eq!(pool.stats().stream_failures, 1);
+    assert_eq!(script.connects(), 1, "nothing reopens it before a pass");
+    pool.reap(time.now());
+    settle_until("the pass reopened it", || pool.stats().table.ready == 1).await;
+    assert_eq!(
+        (
+            script.connects(),
+            pool.stats().spin_ups,
+            pool.stats().table.in_flight
+        ),
+        (2, 2, 0)
+    );
 }
