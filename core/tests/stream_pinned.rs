@@ -302,3 +302,94 @@ async fn the_reaper_reopens_a_failed_min_stream() {
         (2, 2, 0)
     );
 }
+
+/// Builder: "`unbounded`: No bound on the number of streams (the default)": it undoes an
+/// earlier `max_streams`, so a full stream opens another instead of refusing.
+#[tokio::test(flavor = "current_thread")]
+async fn unbounded_undoes_an_earlier_max_streams() {
+    let (script, _) = Script::echo();
+    let pool = script
+        .sized(1, 1)
+        .unbounded()
+        .reap_interval(None)
+        .build()
+        .unwrap();
+    let first = pool.try_acquire().unwrap();
+    let second = pool.try_acquire().expect("no bound after unbounded()");
+    assert_eq!(second.stream_index(), Some(1));
+    drop((first, second));
+}
+
+/// Builder: `open_timeout` and `stall_timeout` "`None`: wait for ever" / "never": a connect
+/// that never finishes and a peer that never answers are left alone by every pass, however
+/// late (a year on the pool's clock).
+#[tokio::test(flavor = "current_thread")]
+async fn without_timeouts_a_hung_peer_is_waited_for() {
+    let year = 365 * 24 * 3600 * SECOND;
+    let time = MockTime::new();
+    let (opening, _hold) = Script::echo().0.held();
+    let pool = opening
+        .builder()
+        .open_timeout(None)
+        .reaped_by_hand(&time)
+        .build()
+        .unwrap();
+    let guard = pool.acquire().await.unwrap();
+    let mut send = pin!(guard.send(Req::new(1)));
+    assert!(poll_once(send.as_mut()).is_pending());
+    for _ in 0..3 {
+        time.advance(year);
+        pool.reap(time.now());
+        run_spawned().await;
+    }
+    assert!(poll_once(send.as_mut()).is_pending(), "still opening");
+    assert_eq!(pool.stats().open_timeouts, 0);
+
+    let (silent, _) = Script::echo();
+    silent.faults().mute.store(true, Ordering::SeqCst);
+    let pool = silent
+        .builder()
+        .stall_timeout(None)
+        .reaped_by_hand(&time)
+        .build()
+        .unwrap();
+    let guard = pool.acquire().await.unwrap();
+    let mut send = pin!(guard.send(Req::new(2)));
+    assert!(poll_once(send.as_mut()).is_pending());
+    settle(|| pool.stats().table.ready == 1).await;
+    for _ in 0..3 {
+        time.advance(year);
+        pool.reap(time.now());
+        run_spawned().await;
+    }
+    assert!(
+        poll_once(send.as_mut()).is_pending(),
+        "still waiting for the answer"
+    );
+    assert_eq!(pool.stats().stalls, 0);
+}
+
+/// `reap_interval(Some(d))`: the background reaper runs every `d` (here 3 s of tokio's paused
+/// time; the mock clock moves 2 s, past the 1 s idle timeout, before each check).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_explicit_reap_interval_is_the_reapers_period() {
+    let time = MockTime::new();
+    let (script, _) = Script::echo();
+    let pool = script
+        .builder()
+        .idle_timeout(SECOND)
+        .reap_interval(Some(3 * SECOND))
+        .clock(time.clock())
+        .build()
+        .unwrap();
+    round_trip(&pool, 1).await;
+    settle(|| pool.stats().table.in_flight == 0).await;
+    let ms = Duration::from_millis(1);
+    time.advance(2 * SECOND);
+    tick(3 * SECOND).await; // the pass at 3 s notes the idle stream
+    time.advance(2 * SECOND);
+    tick(3 * SECOND - ms).await;
+    assert_eq!(pool.stats().reaps, 0, "no pass between 3 s and 6 s");
+    tick(ms).await;
+    assert_eq!(pool.stats().reaps, 1, "the pass at 6 s closes it");
+}
