@@ -248,11 +248,12 @@ async fn a_stall_is_a_stream_failure_and_leaves_the_breaker_closed() {
 }
 
 /// `StreamStats`: "Every `send` ends as exactly one of `completed`, `failed` or `cancelled`;
-/// a guard dropped unsent is none of them (its room goes back at once)."
+/// a guard dropped unsent is none of them (its room goes back at once)": a borrowed guard and
+/// an owned one (each has its own `Drop`).
 #[tokio::test(flavor = "current_thread")]
 async fn a_guard_dropped_unsent_is_counted_as_none_of_the_outcomes() {
     let (script, _) = Script::echo();
-    let pool = script.pool(1, 1);
+    let pool = std::sync::Arc::new(script.pool(1, 1));
     let guard = pool.acquire().await.unwrap();
     drop(guard);
     assert_eq!(
@@ -260,6 +261,9 @@ async fn a_guard_dropped_unsent_is_counted_as_none_of_the_outcomes() {
         0,
         "its room went back at once"
     );
+    let owned = pool.try_acquire_owned().unwrap();
+    drop(owned);
+    assert_eq!(pool.stats().table.in_flight, 0, "the owned guard's too");
     round_trip(&pool, 1).await;
     settle(|| pool.stats().table.in_flight == 0).await;
     let StreamStats {
@@ -269,7 +273,7 @@ async fn a_guard_dropped_unsent_is_counted_as_none_of_the_outcomes() {
         cancelled,
         ..
     } = pool.stats();
-    assert_eq!((acquires, completed, failed, cancelled), (2, 1, 0, 0));
+    assert_eq!((acquires, completed, failed, cancelled), (3, 1, 0, 0));
 }
 
 /// Builder: `min_streams` "keeps at least `n` open: the reaper ... reopens any that failed";
