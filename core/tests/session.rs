@@ -1016,3 +1016,41 @@ async fn panic_storm_keeps_exact_accounting() {
     assert!(counts.panics() > 10, "{}", counts.panics());
     assert_eq!(panics_saying("resumed after panicking"), 0);
 }
+
+/// A failed stage names itself in messages (`Stage`'s `Display`), and the pool's `Debug`
+/// prints its statistics and whether it is stopped.
+#[tokio::test]
+async fn stages_and_the_pool_print_what_a_log_line_needs() {
+    let named: Vec<String> = [
+        Stage::Connect,
+        Stage::Lookup,
+        Stage::Reattach,
+        Stage::Bootstrap,
+        Stage::Save,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    assert_eq!(
+        named,
+        [
+            "connect",
+            "store lookup",
+            "reattach",
+            "bootstrap",
+            "store save"
+        ]
+    );
+    let (fake, _counts) = fake();
+    let pool = SessionPool::builder(fake).reap_every(None).build().unwrap();
+    drop(pool.acquire("s", &ctx()).await.unwrap());
+    let printed = format!("{pool:?}");
+    for part in [
+        "SessionPool",
+        "stats: SessionStats",
+        "connects: 1",
+        "stopped: false",
+    ] {
+        assert!(printed.contains(part), "{part} missing from {printed}");
+    }
+}
