@@ -1054,3 +1054,54 @@ async fn stages_and_the_pool_print_what_a_log_line_needs() {
         assert!(printed.contains(part), "{part} missing from {printed}");
     }
 }
+
+/// A reader starter dropped unrun, with the runtime that was to run it, lets the next install
+/// schedule another: the sessions installed later still get their events read.
+#[test]
+fn a_starter_dropped_with_its_runtime_lets_the_next_install_start_readers() {
+    let (pool, counts, _time) = pool(2);
+    let gone = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // Installed on a runtime that ends before its starter ever runs.
+    let first = gone.block_on(pool.acquire("a", &ctx())).unwrap();
+    drop(gone);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let second = pool.acquire("b", &ctx()).await.unwrap();
+        counts
+            .events_sender(second.connection().id)
+            .send("hello".to_string())
+            .unwrap();
+        let mut events = second.take_events().expect("the receiver");
+        for _ in 0..1000 {
+            if !events.is_empty() {
+                break;
+            }
+            run_spawned().await;
+        }
+        assert_eq!(
+            events.try_recv().ok(),
+            Some("hello".to_string()),
+            "no reader started for a session installed after the starter was dropped"
+        );
+        drop(first);
+    });
+}
+
+/// The store's operations name themselves in messages, and the builder prints its settings.
+#[test]
+fn store_ops_and_the_builder_print_what_they_are() {
+    assert_eq!(
+        [StoreOp::Lookup.to_string(), StoreOp::Save.to_string()],
+        ["lookup", "save"]
+    );
+    let (fake, _counts) = fake();
+    let printed = format!("{:?}", SessionPool::builder(fake).pool_size(7).prewarm(2));
+    for part in ["SessionPoolBuilder", "pool_size: 7", "prewarm: 2"] {
+        assert!(printed.contains(part), "{part} missing from {printed}");
+    }
+}
