@@ -1105,3 +1105,28 @@ fn store_ops_and_the_builder_print_what_they_are() {
         assert!(printed.contains(part), "{part} missing from {printed}");
     }
 }
+
+/// `MemoryStore`'s own accessors: it counts touches, reports emptiness, and `remove` hands
+/// back the record it drops.
+#[tokio::test]
+async fn the_memory_store_counts_touches_and_removes_records() {
+    use slotpool::session::SessionStore;
+    let store = Arc::new(MemoryStore::new());
+    assert!(store.is_empty());
+    let (pool, _counts) = pool_on(None, Arc::clone(&store));
+    drop(
+        pool.acquire("s", &SessionContext::new("w1", "alice"))
+            .await
+            .unwrap(),
+    );
+    assert!(!store.is_empty());
+    assert_eq!(store.len(), 1);
+    let before = store.touches();
+    SessionStore::touch(&*store, "s").await.unwrap();
+    SessionStore::touch(&*store, "s").await.unwrap();
+    assert_eq!(store.touches(), before + 2);
+    let removed = store.remove("s").expect("the saved record");
+    assert_eq!(removed.session, "s");
+    assert!(store.is_empty());
+    assert!(store.remove("s").is_none());
+}
