@@ -724,3 +724,16 @@ fn the_pool_keeps_its_clock_and_the_builder_prints_its_settings() {
         "{printed}"
     );
 }
+
+/// Each held client names its own slot, lowest first: two clients held at once are in slots 0
+/// and 1, and the one returned last is the one taken next (the lowest idle slot).
+#[tokio::test]
+async fn held_clients_name_their_slots_lowest_first() {
+    let f = Fixture::new(2, Some(2));
+    let a = f.clients.acquire().await.unwrap();
+    let b = f.clients.acquire().await.unwrap();
+    assert_eq!((a.slot(), b.slot()), (0, 1));
+    drop(a);
+    let again = f.clients.acquire().await.unwrap();
+    assert_eq!(again.slot(), 0);
+}
