@@ -130,3 +130,24 @@ async fn no_client_fails_the_connect_with_a_client_error_not_sent() {
     let streams = stack.streams.stats();
     assert_eq!((streams.connect_failures, streams.completed), (1, 0));
 }
+
+/// `MessageIds`: a request that carries its own id keeps it (the pool assigns one only to a
+/// request without), and its response is routed by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_carries_its_id_keeps_it() {
+    let server = server().await;
+    let stack = stack(&server, 4);
+    let mut request = page_request(3, 9);
+    request.request_id = Some(777);
+    let response = guarded("the request", stack.get_page(request))
+        .await
+        .expect("answered");
+    assert_eq!(response.request_id, 777, "the server saw the caller's id");
+    let response = guarded(
+        "a request without an id",
+        stack.get_page(page_request(4, 9)),
+    )
+    .await
+    .expect("answered");
+    assert_ne!(response.request_id, 777);
+}
