@@ -626,3 +626,43 @@ async fn get_page_by_id_with_id_closures() {
     assert_eq!((stats.unknown_responses, stats.late_responses), (0, 0));
     eventually("all load released", || streams.stats().table.in_flight == 0).await;
 }
+
+/// With id closures to set and read back ids but none to read a caller's id, the pool assigns
+/// every id: requests in flight together on one stream each get their own page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_request_id_reader_the_pool_assigns_every_id() {
+    let server = TestServer::start(Handle::current())
+        .await
+        .expect("bind 127.0.0.1:0");
+    let clock = quanta::Clock::new();
+    let (_channels, clients) = pools(&server.uri(), &clock, PageServiceClient::new);
+    let connector = TonicStreamConnector::from_call(clients, |mut client, outbound| async move {
+        client.get_pages(outbound).await
+    })
+    .set_request_id(|request, id| request.request_id = Some(id))
+    .response_id(|response| response.request_id);
+    let streams = Arc::new(
+        StreamPool::builder(connector)
+            .max_queue_depth(8)
+            .max_streams(1)
+            .build()
+            .expect("valid stream pool"),
+    );
+    server.stall();
+    let calls: Vec<_> = (0..8u32)
+        .map(|block| {
+            let streams = Arc::clone(&streams);
+            tokio::spawn(async move {
+                let guard = streams.acquire().await.expect("room");
+                (block, guard.send(page_request(block, 5)).await)
+            })
+        })
+        .collect();
+    guarded("8 requests held", server.wait_held(8)).await;
+    server.release();
+    for call in calls {
+        let (block, response) = guarded("a held request", call).await.expect("no panic");
+        let response = response.expect("answered");
+        assert_eq!(page_stamp(&response), Some((block, 5)), "its own page");
+    }
+}
