@@ -153,6 +153,17 @@ async fn get_query_return_reuses_the_connection_and_its_statements() {
     );
     let row = client.query_one(&again, &[&1i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 2);
+    let printed = format!("{:?}", &*client);
+    assert!(
+        printed.contains("PgClient") && printed.contains("statements: 1"),
+        "{printed}"
+    );
+    // Forgetting the statement empties the cache; forgetting it twice finds nothing.
+    let cache = client.statement_cache();
+    assert!(!cache.is_empty());
+    assert!(cache.remove("SELECT $1::int + 1", &[]));
+    assert!(cache.is_empty());
+    assert!(!cache.remove("SELECT $1::int + 1", &[]));
     drop(client);
 
     let stats = pool.stats();
@@ -399,4 +410,27 @@ async fn a_failed_connect_is_a_typed_create_error() {
     }
     let stats = pool.stats();
     assert_eq!((stats.create_failures, stats.status.size), (1, 0));
+}
+
+/// `Recycling`'s names (in errors and logs) and the manager's `Debug`, which shows its
+/// settings (no server needed).
+#[test]
+fn recycling_methods_and_the_manager_print_their_names() {
+    let names: Vec<&str> = [
+        Recycling::Fast,
+        Recycling::Verified,
+        Recycling::Clean,
+        Recycling::Custom("SELECT 1".into()),
+    ]
+    .iter()
+    .map(Recycling::name)
+    .collect();
+    assert_eq!(names, ["fast", "verified", "clean", "custom"]);
+    let mut config = Config::new();
+    config.host("localhost").user("slotpool");
+    let printed = format!("{:?}", PgManager::new(config).recycling(Recycling::Clean));
+    assert!(
+        printed.starts_with("PgManager") && printed.contains("recycling: Clean"),
+        "{printed}"
+    );
 }
