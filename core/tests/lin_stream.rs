@@ -540,7 +540,7 @@ impl Pool {
                 }
                 let mut states = Vec::new();
                 for mut candidate in found {
-                    let before = candidate.model.slots[*index].clone();
+                    let before = candidate.model.slots[*index];
                     let retired = candidate.model.reap_slot(*index, *now, candidate.timeout);
                     if retired {
                         // Held for the driver: Draining with the reaper's unit, not Empty.
