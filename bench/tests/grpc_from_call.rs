@@ -543,11 +543,13 @@ async fn reflection_stack_reaps_to_zero_when_idle() {
     assert_eq!(reap(&stack, clock.now()), (0, 0, 0), "not idle long enough");
     mock.increment(IDLE);
     assert_eq!(reap(&stack, clock.now()).0, 3, "idle streams are reaped");
-    eventually("the reaped streams' clients come back", || {
-        stack.clients.stats().idle == 3
-    })
+    // A reaped stream's slot drains until its driver has let go of the stream (and so of its
+    // client): wait for both.
+    eventually(
+        "the reaped streams close and their clients come back",
+        || stack.clients.stats().idle == 3 && open(&stack).0 == 0,
+    )
     .await;
-    assert_eq!(open(&stack).0, 0);
     mock.increment(IDLE);
     let (_, clients, channels) = reap(&stack, clock.now());
     assert_eq!((clients, channels), (3, 1));
