@@ -31,7 +31,8 @@
 //! | `stream-depth1` | as `stream` at `max_queue_depth(1)` (`stream-depth1/uncontended`) |
 //! | `stream-depth1-busy` | `stream-depth1/256-streams-240-busy` |
 //! | `client` | `ClientPool` checkout and return (`client/uncontended`) |
-//! | `managed` | `managed::Pool::get().await` and drop the object (`managed/uncontended`, no-op manager, 16 objects) |
+//! | `managed` | `managed::Pool::get().await` and drop the object (`managed/uncontended`, no-op manager, 16 objects; its `recycle_now` accepts, so the `get` takes the fast path) |
+//! | `managed-async` | `managed` with a manager that recycles in the async `recycle` (the trait's default, ready at once) |
 //! | `keyed` | `Keyed::admit` and drop, cycling the 19 families of `keyed/uncontended` |
 //! | `session-hot` | `SessionPool::acquire` of an active session and drop, cycling 1000 sessions |
 //! | `limit` | `Limit::try_acquire` and drop |
@@ -85,6 +86,10 @@ const BUDGETS: &[(&str, &str)] = &[
     ("client", "client checkout + return"),
     ("client-168", "client checkout + return, a 168-byte client"),
     ("managed", "managed `get().await` + drop"),
+    (
+        "managed-async",
+        "managed `get().await` + drop, recycled by an async `recycle`",
+    ),
     (
         "managed-216",
         "managed `get().await` + drop, a 216-byte object",
@@ -231,6 +236,10 @@ fn run(which: &str, rounds: u64) {
         }
         "managed" => {
             let pool = managed::slotpool(&rt);
+            timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
+        }
+        "managed-async" => {
+            let pool = large::AsyncPool(managed::prewarmed(&rt, managed::NoopAsyncObjects));
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
         "managed-216" => {
@@ -499,6 +508,25 @@ mod large {
 
         async fn create(&self) -> Result<[u64; 27], Infallible> {
             Ok([0; 27])
+        }
+
+        // As `managed::postgres::PgManager`'s `Fast` recycling: decided with no await.
+        fn recycle_now(
+            &self,
+            _: &mut [u64; 27],
+            _: &slotpool::managed::Meta,
+        ) -> Option<slotpool::managed::RecycleResult<Infallible>> {
+            Some(Ok(()))
+        }
+    }
+
+    /// `managed-async`: [`NoopAsyncObjects`](slotpool_bench::cases::managed::NoopAsyncObjects).
+    pub struct AsyncPool(pub Pool<slotpool_bench::cases::managed::NoopAsyncObjects>);
+
+    impl Checkout for AsyncPool {
+        async fn checkout(&self) {
+            let object = self.0.get().await.expect("never fails");
+            black_box(&object.0);
         }
     }
 

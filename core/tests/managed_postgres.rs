@@ -1,5 +1,5 @@
 //! `slotpool::managed::postgres` against a real PostgreSQL server: get, query and return;
-//! transactions share the connection's statement cache; a backend terminated by the server is rejected at recycle and replaced; `Clean` recycling
+//! transactions share the connection's statement cache; a backend terminated by the server is rejected at recycle and replaced; `Fast` recycling decides in `recycle_now`; `Clean` recycling
 //! resets session state and keeps prepared statements; `max_size` bounds the server's
 //! connections; a `get` cancelled while connecting leaves its connection to the next caller;
 //! a failed connect is a typed error.
@@ -27,7 +27,7 @@ use std::task::Poll;
 
 use common::poll_once;
 use slotpool::managed::postgres::{PgClient, PgError, PgManager, Recycling};
-use slotpool::managed::{Pool, PoolError};
+use slotpool::managed::{Manager, Pool, PoolError};
 use slotpool::Reach;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Config, NoTls};
@@ -253,6 +253,39 @@ async fn fast_recycling_rejects_a_connection_found_closed() {
     assert_ne!(pid(&client).await, old);
     let stats = pool.stats();
     assert_eq!((stats.created, stats.discarded), (2, 1));
+}
+
+/// `Fast` decides in `recycle_now` (no await: open or closed); every other method leaves
+/// an open connection to `recycle` (its query), and rejects a closed one there already.
+#[tokio::test]
+async fn fast_recycling_decides_with_no_await_and_the_others_leave_it_to_recycle() {
+    let config = server_or_skip!("slotpool-recycle-now");
+    let admin = admin(&config).await;
+    let pool = pool(config.clone(), Recycling::Fast, 1);
+    let mut client = pool.get().await.unwrap();
+    let meta = slotpool::managed::Object::meta(&client);
+    let decide = |manager: &PgManager, client: &mut PgClient| {
+        manager
+            .recycle_now(client, &meta)
+            .map(|result| result.is_ok())
+    };
+    let methods = [
+        Recycling::Verified,
+        Recycling::Clean,
+        Recycling::Custom("SELECT 1".into()),
+    ];
+    assert_eq!(decide(pool.manager(), &mut client), Some(true));
+    for method in methods.clone() {
+        let manager = PgManager::new(config.clone()).recycling(method.clone());
+        assert_eq!(decide(&manager, &mut client), None, "{method:?}");
+    }
+    terminate(&admin, pid(&client).await).await;
+    assert!(client.simple_query("SELECT 1").await.is_err());
+    assert_eq!(decide(pool.manager(), &mut client), Some(false));
+    for method in methods {
+        let manager = PgManager::new(config.clone()).recycling(method.clone());
+        assert_eq!(decide(&manager, &mut client), Some(false), "{method:?}");
+    }
 }
 
 /// `Clean`: a parameter set, a temporary table and an open transaction do not reach the next

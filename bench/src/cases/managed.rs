@@ -4,7 +4,7 @@
 //!
 //! | impl | what |
 //! |---|---|
-//! | `slotpool` | `slotpool::managed::Pool` over [`NoopObjects`], `max_size = 16`, its default recycle policy (every checkout calls the manager's `recycle`, here accepting at once), no background reaper |
+//! | `slotpool` | `slotpool::managed::Pool` over [`NoopObjects`], `max_size = 16`, its default recycle policy (every checkout recycles: the manager's `recycle_now` accepts at once, with no await, as asyncband's `is_recyclable`), no background reaper |
 //! | `deadpool` | deadpool 0.13 **managed** `deadpool::managed::Pool` over [`NoopDeadpool`] (`recycle` accepts at once), `max_size = 16`, its defaults otherwise (FIFO) |
 //! | `bb8` | bb8 0.9 as in the `client/*` cases ([`client::bb8`]): the no-op `ManageConnection`, `max_size = min_idle = 16`, no check-out test |
 //! | `asyncband` | asyncband 0.7 `pool::bounded::Pool` (feature `pool`; fastpool's successor) over [`NoopAsyncband`] (`is_recyclable` accepts at once), `PoolConfig::new(16)` and its defaults otherwise: FIFO reuse (`QueueStrategy::Fifo`), `is_recyclable` on every checkout, a cancelled check detaches the object; each checkout takes an owned permit of asyncband's own semaphore (an atomic count, waiters in a locked list), then pops the idle `Mutex<VecDeque>`; each return stamps `Instant::now()` on the object and pushes it back; no background task |
@@ -27,7 +27,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use asyncband::pool::{bounded, ManageObject, ObjectStatus};
-use slotpool::managed::{Manager, Object, Pool};
+use slotpool::managed::{Manager, Meta, Object, Pool, RecycleResult};
 use tokio::runtime::Runtime;
 
 use crate::cases::client::{self, Bb8, Checkout};
@@ -61,12 +61,32 @@ pub mod ops {
     pub const SATURATED: u64 = 640_000;
 }
 
-/// slotpool's manager of numbers: creates at once; the default `recycle` accepts every
-/// object.
+/// slotpool's manager of numbers: creates at once; its recycle accepts every object in
+/// `recycle_now` (synchronous, as asyncband's `is_recyclable`), so a `get` of an idle object
+/// takes the pool's fast path.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoopObjects;
 
 impl Manager for NoopObjects {
+    type Type = Trivial;
+    type Error = Infallible;
+
+    async fn create(&self) -> Result<Trivial, Infallible> {
+        Ok(Trivial(0))
+    }
+
+    fn recycle_now(&self, _: &mut Trivial, _: &Meta) -> Option<RecycleResult<Infallible>> {
+        Some(Ok(()))
+    }
+}
+
+/// [`NoopObjects`] with the async recycle instead (the trait's default `recycle`, which is
+/// ready at once): what a manager that checks its objects in `recycle` costs (the
+/// `managed-async` row of the hot-path budgets).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopAsyncObjects;
+
+impl Manager for NoopAsyncObjects {
     type Type = Trivial;
     type Error = Infallible;
 
@@ -196,8 +216,14 @@ pub const IDLE_PASSES: std::time::Duration = std::time::Duration::from_secs(3600
 /// default (returns are stamped without a clock read), with passes an hour apart: nothing
 /// else runs during timing.
 pub fn slotpool(rt: &Runtime) -> Slotpool {
+    Slotpool(prewarmed(rt, NoopObjects))
+}
+
+/// A slotpool managed pool over `manager`, configured as [`slotpool`]'s, with all 16 objects
+/// created and idle.
+pub fn prewarmed<M: Manager>(rt: &Runtime, manager: M) -> Pool<M> {
     rt.block_on(async {
-        let pool = Pool::builder(NoopObjects)
+        let pool = Pool::builder(manager)
             .max_size(OBJECTS)
             .reap_interval(Some(IDLE_PASSES))
             .build()
@@ -209,7 +235,7 @@ pub fn slotpool(rt: &Runtime) -> Slotpool {
         drop(held);
         let status = pool.status();
         assert_eq!((status.size, status.available), (OBJECTS, OBJECTS));
-        Slotpool(pool)
+        pool
     })
 }
 

@@ -69,6 +69,45 @@ pub trait Manager: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
+    /// A recycle that needs no await (a flag read, a liveness bit, a counter): `Some(result)`
+    /// decides as [`Manager::recycle`] would, and `recycle` is not called; `None` (the
+    /// default) runs `recycle`. Called first wherever `recycle` would be (after the
+    /// `pre_recycle` hooks, before the `post_recycle` ones).
+    ///
+    /// The pool's fast path: a `get` that finds an idle object, with no hooks and a
+    /// `recycle_now` that decides, takes it, checks it and hands it out with no state
+    /// machine of its own (a synchronous check is what asyncband's `is_recyclable` is; an
+    /// async `recycle` that is ready at once still costs its future). The pool's own
+    /// [`postgres`](super::postgres) manager decides here for its `Fast` recycling.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use slotpool::managed::{Manager, Meta, RecycleError, RecycleResult};
+    ///
+    /// struct Numbers;
+    ///
+    /// impl Manager for Numbers {
+    ///     type Type = u64;
+    ///     type Error = Infallible;
+    ///
+    ///     async fn create(&self) -> Result<u64, Infallible> {
+    ///         Ok(0)
+    ///     }
+    ///
+    ///     fn recycle_now(&self, n: &mut u64, _: &Meta) -> Option<RecycleResult<Infallible>> {
+    ///         Some(if *n > 1_000 { Err(RecycleError::message("worn out")) } else { Ok(()) })
+    ///     }
+    /// }
+    /// ```
+    fn recycle_now(
+        &self,
+        object: &mut Self::Type,
+        meta: &Meta,
+    ) -> Option<RecycleResult<Self::Error>> {
+        let _ = (object, meta);
+        None
+    }
+
     /// Called when an object leaves the pool for good ([`Object::take`](super::Object::take),
     /// or dropped: rejected, expired, reaped, over a shrunk size, the pool closed). For
     /// managers that keep track of their objects; the default does nothing.
@@ -77,7 +116,7 @@ pub trait Manager: Send + Sync + 'static {
     }
 }
 
-/// What [`Manager::recycle`] returns.
+/// What [`Manager::recycle`] returns (and [`Manager::recycle_now`] when it decides).
 pub type RecycleResult<E> = Result<(), RecycleError<E>>;
 
 /// Why [`Manager::recycle`] rejected an object.
@@ -203,6 +242,14 @@ pub(super) struct Hooks<M: Manager> {
 ///
 /// [`PoolBuilder::error_sink`]: super::PoolBuilder::error_sink
 pub type ErrorSink<E> = Box<dyn Fn(&super::PoolError<E>) + Send + Sync>;
+
+impl<M: Manager> Hooks<M> {
+    /// Whether there is a `pre_recycle` or `post_recycle` hook.
+    #[inline]
+    pub(super) fn any_recycle(&self) -> bool {
+        !self.pre_recycle.is_empty() || !self.post_recycle.is_empty()
+    }
+}
 
 impl<M: Manager> Default for Hooks<M> {
     fn default() -> Self {

@@ -89,8 +89,8 @@
 //! recycling), the manager's create error, a `post_create` hook's rejection, the pool closed,
 //! or a panic of user code and where.
 //!
-//! * A failed or rejected **recycle** (the manager's `Err`, a hook's `Err`, a
-//!   `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
+//! * A failed or rejected **recycle** (the manager's `Err` from [`Manager::recycle_now`] or
+//!   [`Manager::recycle`], a hook's `Err`, a `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
 //!   creates: it never fails the `get` by itself (a panic does: the caller learns of the bug).
 //! * A failed **create** gives its room back at once and fails the `get` that ran it. After
 //!   3 in a row (the default [`CreateBackoff`]), creations **pause**, first for 10 ms,
@@ -101,7 +101,8 @@
 //!   }` instead of waiting when the pause outlasts its deadline, for `try_get`, or when the
 //!   back-off is set to fail fast. Idle objects are handed out as ever.
 //! * **Panics** of user code are caught where the pool calls it (never a second panic),
-//!   logged once and counted in [`Stats::panics`]. A panic in `create`, `recycle` or a hook
+//!   logged once and counted in [`Stats::panics`]. A panic in `create`, `recycle` (or
+//!   `recycle_now`) or a hook
 //!   becomes [`PoolError::Panicked`] for the `get` that ran it; the object is dropped and
 //!   its room given back. A panic in [`Manager::detach`], an object's destructor or a
 //!   `retain` predicate comes while the object is on its way out: that object is dropped
@@ -123,7 +124,8 @@
 //!   on.
 //! * **Recycling**: the recycle future is dropped with the caller and the object, whose state
 //!   is then unknown, is dropped and its room given back (cleanly aborted, counted in
-//!   `discarded`).
+//!   `discarded`). [`Manager::recycle_now`] has no await: a `get` whose idle object it
+//!   decides (with no hooks) ends without suspending.
 //! * **Creating**: the creation runs to its end on the pool's own task (spawned on the
 //!   runtime the pool was built in, or the current one), with its `create_timeout` and
 //!   hooks; the object then goes idle, to the oldest waiter if there is one (counted in
@@ -765,9 +767,28 @@ impl<M: Manager> Shared<M> {
                         Due::Yes => {}
                     }
                     mode.enter(Step::Recycle);
+                    let mut object = Object::new(lease, value);
+                    // The fast path: no hooks, and the manager decides with no await. Nothing
+                    // here awaits, so the object never enters this future's state.
+                    let hooks = self.hooks.any_recycle();
+                    if !hooks {
+                        if let Some(recycled) =
+                            object.pooled_mut().and_then(|p| self.recycle_now(p))
+                        {
+                            let outcome = match recycled {
+                                Ok(Ok(())) => Ok(()),
+                                failed => self.recycle_outcome(failed),
+                            };
+                            match self.recycled(&mut object, outcome) {
+                                Ok(()) => return Ok(object),
+                                Err(Some(error)) => return Err(error),
+                                // Rejected and dropped (`object` is empty): try the next.
+                                Err(None) => continue,
+                            }
+                        }
+                    }
                     // Built before the recycle, so the object moves no more; dropped with the
                     // caller mid-recycle, the guard drops what it holds (not a return).
-                    let mut object = Object::new(lease, value);
                     let mut guard = Recycling {
                         shared: self,
                         object: Some(&mut object),
@@ -775,7 +796,8 @@ impl<M: Manager> Shared<M> {
                     let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
                         Some(pooled) => {
                             let timeouts = mode.timeouts(&self.config.timeouts);
-                            self.recycle_all(pooled, timeouts).await
+                            // Without hooks, `recycle_now` has had its say.
+                            self.recycle_all(pooled, !hooks, timeouts).await
                         }
                         None => Ok(()),
                     };
@@ -940,8 +962,10 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Recycles an object: the `pre_recycle` hooks, [`Manager::recycle`] (its first poll
-    /// inline, a timer only for a recycle that has to wait), the `post_recycle` hooks. One
+    /// Recycles an object: the `pre_recycle` hooks, [`Manager::recycle_now`] (unless
+    /// `checked`: it has run and left the object to `recycle`), [`Manager::recycle`] (its
+    /// first poll inline, a timer only for a recycle that has to wait), the `post_recycle`
+    /// hooks. One
     /// `async fn` for all three, so the common case (no hooks, a recycle ready at once) runs
     /// no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
     /// user code panicked (logged).
@@ -949,6 +973,7 @@ impl<M: Manager> Shared<M> {
     async fn recycle_all(
         &self,
         pooled: &mut Pooled<M>,
+        checked: bool,
         timeouts: &Timeouts,
     ) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
@@ -957,38 +982,78 @@ impl<M: Manager> Shared<M> {
             self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
                 .await?;
         }
-        let recycled = match catch(|| self.manager.recycle(object, &meta)) {
-            Ok(recycle) => {
-                let mut recycle = pin!(Contained::new(recycle));
-                match FirstPoll(recycle.as_mut()).await {
-                    Poll::Ready(done) => done,
-                    Poll::Pending => match within(timeouts.recycle, recycle).await {
-                        Ok(done) => done,
-                        Err(after) => {
-                            tracing::warn!(?after, "recycle timed out; object dropped");
-                            return Err(None);
-                        }
-                    },
-                }
+        let decided = if checked {
+            None
+        } else {
+            match catch(|| self.manager.recycle_now(object, &meta)) {
+                Ok(None) => None,
+                Ok(Some(result)) => Some(Ok(result)),
+                Err(panic) => Some(Err(panic)),
             }
-            Err(panic) => Err(panic),
         };
-        match recycled {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "recycle rejected an object");
-                return Err(None);
-            }
-            Err(panic) => {
-                self.panicked(Step::Recycle, &panic);
-                return Err(Some((Step::Recycle, panic)));
-            }
+        let recycled = match decided {
+            Some(recycled) => recycled,
+            None => match catch(|| self.manager.recycle(object, &meta)) {
+                Ok(recycle) => {
+                    let mut recycle = pin!(Contained::new(recycle));
+                    match FirstPoll(recycle.as_mut()).await {
+                        Poll::Ready(done) => done,
+                        Poll::Pending => match within(timeouts.recycle, recycle).await {
+                            Ok(done) => done,
+                            Err(after) => {
+                                tracing::warn!(?after, "recycle timed out; object dropped");
+                                return Err(None);
+                            }
+                        },
+                    }
+                }
+                Err(panic) => Err(panic),
+            },
+        };
+        if !matches!(recycled, Ok(Ok(()))) {
+            self.recycle_outcome(recycled)?;
         }
         if !self.hooks.post_recycle.is_empty() {
             self.hooks_ok(Step::PostRecycle, &self.hooks.post_recycle, object, &meta)
                 .await?;
         }
         Ok(())
+    }
+
+    /// Runs [`Manager::recycle_now`] under a panic guard: `None` if it leaves the object to
+    /// [`Manager::recycle`].
+    #[inline]
+    fn recycle_now(
+        &self,
+        pooled: &mut Pooled<M>,
+    ) -> Option<Result<RecycleResult<M::Error>, Panic>> {
+        let meta = self.meta(pooled.stamps());
+        match catch(|| self.manager.recycle_now(&mut pooled.object, &meta)) {
+            Ok(None) => None,
+            Ok(Some(result)) => Some(Ok(result)),
+            Err(panic) => Some(Err(panic)),
+        }
+    }
+
+    /// What the end of a recycle that did not accept means (logged): `Ok` if it did after
+    /// all, `Err(None)` rejected, `Err(Some(..))` the manager panicked.
+    #[cold]
+    #[inline(never)]
+    fn recycle_outcome(
+        &self,
+        recycled: Result<RecycleResult<M::Error>, Panic>,
+    ) -> Result<(), Option<(Step, Panic)>> {
+        match recycled {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "recycle rejected an object");
+                Err(None)
+            }
+            Err(panic) => {
+                self.panicked(Step::Recycle, &panic);
+                Err(Some((Step::Recycle, panic)))
+            }
+        }
     }
 
     /// After a recycle: the object goes out (`Ok`), or it is dropped and its room given back

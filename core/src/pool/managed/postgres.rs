@@ -310,6 +310,18 @@ where
         Ok(PgClient::new(client))
     }
 
+    /// [`Recycling::Fast`] decides here, with no await: the connection is closed or not.
+    fn recycle_now(&self, client: &mut PgClient, _: &Meta) -> Option<RecycleResult<PgError>> {
+        if client.client.is_closed() {
+            return Some(Err(RecycleError::Backend(PgError::Closed)));
+        }
+        match self.recycling.sql() {
+            None => Some(Ok(())),
+            // The query is `recycle`'s.
+            Some(_) => None,
+        }
+    }
+
     async fn recycle(&self, client: &mut PgClient, _: &Meta) -> RecycleResult<PgError> {
         if client.client.is_closed() {
             return Err(RecycleError::Backend(PgError::Closed));
