@@ -20,7 +20,7 @@
 //!
 //! | impl | what |
 //! |---|---|
-//! | `slotpool` | `slotpool::managed::Pool` of [`PgManager`] at its defaults, as above (`Recycling::Fast`: every checkout checks `is_closed`), `max_size = 16` |
+//! | `slotpool` | `slotpool::managed::Pool` of [`PgManager`] at its defaults, as above (`Recycling::Fast`: every checkout checks `is_closed`, in `Manager::recycle_now`, with no await), `max_size = 16` |
 //! | `deadpool-postgres` | deadpool-postgres 0.14 at its defaults, as above: `RecyclingMethod::Fast`, which checks `is_closed` and runs no query, kept; `max_size = 16` |
 //! | `bb8-postgres` | bb8 0.9 with bb8-postgres 0.9, `max_size = 16`, at their defaults except **`test_on_check_out(false)`**: bb8-postgres's check on checkout runs an empty query, a round trip the case is there to leave out (it measures the pool alone); bb8 still checks `is_closed` when the connection comes back |
 //! | `asyncband` | asyncband 0.7's bounded pool (`pool::bounded::Pool`, `PoolConfig::new(16)`, its defaults otherwise: FIFO reuse, `is_recyclable` on every checkout) over [`AsyncbandPg`], whose `is_recyclable` checks `is_closed` (the check deadpool's and slotpool's fast recycling make) |

@@ -134,7 +134,9 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         let runtime = tokio::runtime::Handle::try_current().ok();
         self.settings.reap_interval(runtime.as_ref())?;
         let clock = self.settings.clock_or(Clock::new);
-        let base = clock.now();
+        // One reading, both ways: the instant and the clock's raw count at it.
+        let base_raw = clock.raw();
+        let base = clock.scaled(base_raw);
         let shards = (self.pool_size / 8).clamp(1, MAX_SHARDS);
         let shared = Arc::new(Shared {
             directory: Directory::with_hashing(shards, limit, self.key_hashing),
@@ -143,6 +145,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             max_idle_ns: duration_ns(self.settings.idle_timeout),
             clock,
             base,
+            base_raw,
             prewarm: self.prewarm,
             idle: Mutex::new(Vec::new()),
             unstarted: Batch::new(),
