@@ -247,6 +247,60 @@ impl<C: ChannelConnector, F> fmt::Debug for ClientPoolBuilder<C, F> {
     }
 }
 
+/// The future of [`ClientPool::acquire`]. Its first poll is a plain try with no await: an
+/// idle client goes out there (the common case), without the state machine of the general
+/// path, [`ClientPool::acquire_from`], which is started (in place) from the try's answer
+/// otherwise.
+struct Acquire<'a, C: ChannelConnector, F: ClientFactory<C::Channel>, G, S> {
+    pool: &'a Arc<ClientPool<C, F>>,
+    /// Starts the general path (a closure, so that its `async fn`'s future type, `S`, can be
+    /// named here).
+    start_slow: G,
+    /// INVARIANT: structurally pinned (polled in place, dropped with `self`). Once `Some`,
+    /// the rest of the acquire is its.
+    slow: Option<S>,
+}
+
+impl<'a, C, F, G, S> Future for Acquire<'a, C, F, G, S>
+where
+    C: ChannelConnector,
+    F: ClientFactory<C::Channel>,
+    G: Fn(&'a Arc<ClientPool<C, F>>, Result<Checkout<Pooled<C, F>>, TryAcquireError>) -> S,
+    S: Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>>,
+{
+    type Output = Result<ClientGuard<C, F>, ClientError<F::Error>>;
+
+    #[inline]
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // SAFETY: only `slow` is pinned, and it is polled in place and never moved out
+        // (dropped with `self`).
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.slow.is_none() {
+            let pool: &'a Arc<ClientPool<C, F>> = this.pool;
+            // A plain try, as the wait's first poll would make, without its machinery.
+            let first = match pool.shared.slots.try_checkout() {
+                Ok(Checkout::Idle { lease, value }) => {
+                    return std::task::Poll::Ready(Ok(ClientShared::guard(lease, value)))
+                }
+                Err(TryAcquireError::Closed) => {
+                    return std::task::Poll::Ready(Err(ClientError::Closed))
+                }
+                other => other,
+            };
+            let slow = (this.start_slow)(pool, first);
+            this.slow.get_or_insert(slow);
+        }
+        match this.slow.as_mut() {
+            // SAFETY: as above.
+            Some(slow) => unsafe { std::pin::Pin::new_unchecked(slow) }.poll(cx),
+            None => unreachable!("just set"),
+        }
+    }
+}
+
 /// A pool of exclusive clients over a [`ChannelPool`]. See the
 /// [module documentation](self).
 ///
@@ -603,12 +657,25 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// failed, [`ClientError::Panicked`] if the factory panicked building it, and
     /// [`ClientError::Channel`] if no channel could be had for it (the channel connector
     /// panicked); in each failure the slot and channel share are freed first.
-    pub async fn acquire(self: &Arc<Self>) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
+    pub fn acquire<'a>(
+        self: &'a Arc<Self>,
+    ) -> impl Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>> + 'a {
+        Acquire {
+            pool: self,
+            start_slow: |pool: &'a Arc<Self>, first| pool.acquire_from(first),
+            slow: None,
+        }
+    }
+
+    /// The rest of an acquire, from its first try (see [`Acquire`]): waiting for capacity
+    /// (the try found none), or building a client in the slot it claimed.
+    async fn acquire_from(
+        &self,
+        first: Result<Checkout<Pooled<C, F>>, TryAcquireError>,
+    ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
         let shared = &self.shared;
-        // First a plain try, as the wait's first poll would make, without its machinery.
-        let checkout = match shared.slots.try_checkout() {
+        let checkout = match first {
             Ok(checkout) => checkout,
-            Err(TryAcquireError::Closed) => return Err(ClientError::Closed),
             Err(_) => shared.wait().await?,
         };
         match checkout {
