@@ -196,6 +196,38 @@ async fn it_runs_between_the_recycle_hooks() {
     }
 }
 
+/// A pool with only one of the two recycle hooks runs it too (the fast path is for pools
+/// with neither).
+#[tokio::test(flavor = "current_thread")]
+async fn one_recycle_hook_alone_still_runs() {
+    for pre in [true, false] {
+        let manager = Logged::new(Now::Accept);
+        let hook = manager.clone();
+        let name = if pre { "pre" } else { "post" };
+        let run = Hook::sync_fn(move |id: &mut u64, _: &Meta| {
+            hook.push(format!("{name} {id}"));
+            Ok(())
+        });
+        let builder = Pool::builder(manager.clone()).max_size(1);
+        let pool = if pre {
+            builder.pre_recycle(run)
+        } else {
+            builder.post_recycle(run)
+        }
+        .build()
+        .unwrap();
+        fill(&pool, 1).await;
+        manager.take();
+        assert_eq!(*pool.get().await.unwrap(), 0);
+        let expected = if pre {
+            ["pre 0", "now 0"]
+        } else {
+            ["now 0", "post 0"]
+        };
+        assert_eq!(manager.take(), expected);
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn it_runs_for_an_object_handed_to_a_waiter() {
     let manager = Logged::new(Now::Accept);
