@@ -67,7 +67,7 @@
 
 use std::fmt;
 use std::future::{poll_fn, Future};
-use std::ops::{Deref, DerefMut};
+use std::ops::{ControlFlow, Deref, DerefMut};
 use std::pin::pin;
 use std::time::Duration;
 
@@ -77,6 +77,7 @@ use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
 use crate::panic::{catch, report, CatchUnwind, Panic};
+use crate::pool::first::FirstPoll;
 use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
@@ -244,60 +245,6 @@ impl<C: ChannelConnector, F> fmt::Debug for ClientPoolBuilder<C, F> {
             .field("max_clients", &self.max_clients)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
-    }
-}
-
-/// The future of [`ClientPool::acquire`]. Its first poll is a plain try with no await: an
-/// idle client goes out there (the common case), without the state machine of the general
-/// path, [`ClientPool::acquire_from`], which is started (in place) from the try's answer
-/// otherwise.
-struct Acquire<'a, C: ChannelConnector, F: ClientFactory<C::Channel>, G, S> {
-    pool: &'a Arc<ClientPool<C, F>>,
-    /// Starts the general path (a closure, so that its `async fn`'s future type, `S`, can be
-    /// named here).
-    start_slow: G,
-    /// INVARIANT: structurally pinned (polled in place, dropped with `self`). Once `Some`,
-    /// the rest of the acquire is its.
-    slow: Option<S>,
-}
-
-impl<'a, C, F, G, S> Future for Acquire<'a, C, F, G, S>
-where
-    C: ChannelConnector,
-    F: ClientFactory<C::Channel>,
-    G: Fn(&'a Arc<ClientPool<C, F>>, Result<Checkout<Pooled<C, F>>, TryAcquireError>) -> S,
-    S: Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>>,
-{
-    type Output = Result<ClientGuard<C, F>, ClientError<F::Error>>;
-
-    #[inline]
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        // SAFETY: only `slow` is pinned, and it is polled in place and never moved out
-        // (dropped with `self`).
-        let this = unsafe { self.get_unchecked_mut() };
-        if this.slow.is_none() {
-            let pool: &'a Arc<ClientPool<C, F>> = this.pool;
-            // A plain try, as the wait's first poll would make, without its machinery.
-            let first = match pool.shared.slots.try_checkout() {
-                Ok(Checkout::Idle { lease, value }) => {
-                    return std::task::Poll::Ready(Ok(ClientShared::guard(lease, value)))
-                }
-                Err(TryAcquireError::Closed) => {
-                    return std::task::Poll::Ready(Err(ClientError::Closed))
-                }
-                other => other,
-            };
-            let slow = (this.start_slow)(pool, first);
-            this.slow.get_or_insert(slow);
-        }
-        match this.slow.as_mut() {
-            // SAFETY: as above.
-            Some(slow) => unsafe { std::pin::Pin::new_unchecked(slow) }.poll(cx),
-            None => unreachable!("just set"),
-        }
     }
 }
 
@@ -657,17 +604,25 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// failed, [`ClientError::Panicked`] if the factory panicked building it, and
     /// [`ClientError::Channel`] if no channel could be had for it (the channel connector
     /// panicked); in each failure the slot and channel share are freed first.
+    #[inline]
     pub fn acquire<'a>(
         self: &'a Arc<Self>,
     ) -> impl Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>> + 'a {
-        Acquire {
-            pool: self,
-            start_slow: |pool: &'a Arc<Self>, first| pool.acquire_from(first),
-            slow: None,
-        }
+        let pool = &**self;
+        FirstPoll::new(
+            // A plain try, as the wait's first poll would make, without its machinery.
+            move || match pool.shared.slots.try_checkout() {
+                Ok(Checkout::Idle { lease, value }) => {
+                    ControlFlow::Break(Ok(ClientShared::guard(lease, value)))
+                }
+                Err(TryAcquireError::Closed) => ControlFlow::Break(Err(ClientError::Closed)),
+                other => ControlFlow::Continue(other),
+            },
+            move |first| self.acquire_from(first),
+        )
     }
 
-    /// The rest of an acquire, from its first try (see [`Acquire`]): waiting for capacity
+    /// The rest of an acquire, from its first try (see [`FirstPoll`]): waiting for capacity
     /// (the try found none), or building a client in the slot it claimed.
     async fn acquire_from(
         &self,

@@ -4,6 +4,7 @@
 
 pub mod channel;
 pub mod client;
+pub(crate) mod first;
 pub mod keyed;
 pub mod managed;
 pub(crate) mod reap;

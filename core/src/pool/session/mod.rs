@@ -222,6 +222,7 @@
 
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::ops::ControlFlow;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -232,6 +233,7 @@ use crate::error::Reach;
 use crate::flight::{self, Batch, Directory, Flight, Hashed, Refusal, Step};
 use crate::limit::OwnedPermit;
 use crate::panic::{catch, report, Panic};
+use crate::pool::first::FirstPoll;
 use crate::pool::reap::nanos as duration_ns;
 use crate::pool::wait::{WaitClock, WaitTotal};
 use crate::sync::{Arc, Counter, Mutex, Weak};
@@ -569,66 +571,6 @@ pub struct SessionPool<C: Connector, S: SessionStore = MemoryStore> {
     reaper: Option<AbortHandle>,
 }
 
-/// The future of [`SessionPool::acquire`]. Its first poll hashes the key and looks it up with
-/// no await: a live, fresh session (the hot path) is returned there, without the state
-/// machine of the general path, [`SessionPool::acquire_from`], which is started (in place)
-/// from that lookup's step otherwise.
-struct Acquire<'a, C: Connector, S: SessionStore, G, F> {
-    pool: &'a SessionPool<C, S>,
-    session: &'a str,
-    ctx: &'a SessionContext,
-    /// Starts the general path (a closure, so that its `async fn`'s future type, `F`, can be
-    /// named here).
-    start_slow: G,
-    /// INVARIANT: structurally pinned (polled in place, dropped with `self`). Once `Some`,
-    /// the rest of the acquire is its.
-    slow: Option<F>,
-}
-
-impl<'a, C, S, G, F> Future for Acquire<'a, C, S, G, F>
-where
-    C: Connector,
-    S: SessionStore,
-    G: Fn(
-        &'a SessionPool<C, S>,
-        &'a str,
-        &'a SessionContext,
-        Hashed<'a, str>,
-        Step<Live<C>, SessionError>,
-    ) -> F,
-    F: Future<Output = Result<Session<C>, SessionError>>,
-{
-    type Output = Result<Session<C>, SessionError>;
-
-    #[inline]
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        // SAFETY: only `slow` is pinned, and it is polled in place and never moved out
-        // (dropped with `self`).
-        let this = unsafe { self.get_unchecked_mut() };
-        if this.slow.is_none() {
-            let pool: &'a SessionPool<C, S> = this.pool;
-            let shared = &*pool.shared;
-            let directory = &shared.directory;
-            // Hashed once for every registry call this acquire makes.
-            let key = directory.hashed(this.session);
-            let step = directory.lookup(key, || shared.now(), shared.max_idle_ns);
-            if let Step::Ready(live) = step {
-                return std::task::Poll::Ready(Ok(Session { live }));
-            }
-            let slow = (this.start_slow)(pool, this.session, this.ctx, key, step);
-            this.slow.get_or_insert(slow);
-        }
-        match this.slow.as_mut() {
-            // SAFETY: as above.
-            Some(slow) => unsafe { std::pin::Pin::new_unchecked(slow) }.poll(cx),
-            None => unreachable!("just set"),
-        }
-    }
-}
-
 impl<C: Connector> SessionPool<C, MemoryStore> {
     /// Starts configuring a pool over `connector` (with a [`MemoryStore`] unless
     /// [`SessionPoolBuilder::store`] says otherwise).
@@ -650,23 +592,29 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// [`SessionError::Exhausted`] when `pool_size` sessions are taken (no waiting),
     /// [`SessionError::Closed`] after [`SessionPool::stop`], or the establishment's error,
     /// which every concurrent caller for the session shares.
+    #[inline]
     pub fn acquire<'a>(
         &'a self,
         session: &'a str,
         ctx: &'a SessionContext,
     ) -> impl Future<Output = Result<Session<C>, SessionError>> + 'a {
-        Acquire {
-            pool: self,
-            session,
-            ctx,
-            start_slow: |pool: &'a Self, session, ctx, key, first| {
-                pool.acquire_from(session, ctx, key, first)
+        FirstPoll::new(
+            // The hot path: a live, fresh session, with no await.
+            move || {
+                let shared = &*self.shared;
+                let directory = &shared.directory;
+                // Hashed once for every registry call this acquire makes.
+                let key = directory.hashed(session);
+                match directory.lookup(key, || shared.now(), shared.max_idle_ns) {
+                    Step::Ready(live) => ControlFlow::Break(Ok(Session { live })),
+                    step => ControlFlow::Continue((key, step)),
+                }
             },
-            slow: None,
-        }
+            move |(key, step)| self.acquire_from(session, ctx, key, step),
+        )
     }
 
-    /// The rest of an acquire, from the first lookup's step (see [`Acquire`]): claims,
+    /// The rest of an acquire, from the first lookup's step (see [`FirstPoll`]): claims,
     /// establishments, flights to join, and lookups again.
     async fn acquire_from(
         &self,
