@@ -618,7 +618,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
                 Err(TryAcquireError::Closed) => ControlFlow::Break(Err(ClientError::Closed)),
                 other => ControlFlow::Continue(other),
             },
-            move |first| self.acquire_from(first),
+            move |first| pool.acquire_from(first),
         )
     }
 

@@ -90,8 +90,9 @@
 //! or a panic of user code and where.
 //!
 //! * A failed or rejected **recycle** (the manager's `Err` from [`Manager::recycle_now`] or
-//!   [`Manager::recycle`], a hook's `Err`, a `recycle_timeout`) drops that object and the `get` goes on with the next idle one, or
-//!   creates: it never fails the `get` by itself (a panic does: the caller learns of the bug).
+//!   [`Manager::recycle`], a hook's `Err`, a `recycle_timeout`) drops that object and the
+//!   `get` goes on with the next idle one, or creates: it never fails the `get` by itself (a
+//!   panic does: the caller learns of the bug).
 //! * A failed **create** gives its room back at once and fails the `get` that ran it. After
 //!   3 in a row (the default [`CreateBackoff`]), creations **pause**, first for 10 ms,
 //!   doubling with each failed probe up to 80 ms (jittered): a `get` that needs one waits
@@ -102,9 +103,8 @@
 //!   back-off is set to fail fast. Idle objects are handed out as ever.
 //! * **Panics** of user code are caught where the pool calls it (never a second panic),
 //!   logged once and counted in [`Stats::panics`]. A panic in `create`, `recycle` (or
-//!   `recycle_now`) or a hook
-//!   becomes [`PoolError::Panicked`] for the `get` that ran it; the object is dropped and
-//!   its room given back. A panic in [`Manager::detach`], an object's destructor or a
+//!   `recycle_now`) or a hook becomes [`PoolError::Panicked`] for the `get` that ran it; the
+//!   object is dropped and its room given back. A panic in [`Manager::detach`], an object's destructor or a
 //!   `retain` predicate comes while the object is on its way out: that object is dropped
 //!   all the same and the panic fails no caller (a `get` that rejected the object goes on
 //!   with the next one, a reaper pass or `retain` carries on).
@@ -772,9 +772,10 @@ impl<M: Manager> Shared<M> {
                     // here awaits, so the object never enters this future's state.
                     let hooks = self.hooks.any_recycle();
                     if !hooks {
-                        if let Some(recycled) =
-                            object.pooled_mut().and_then(|p| self.recycle_now(p))
-                        {
+                        if let Some(recycled) = object.pooled_mut().and_then(|pooled| {
+                            let meta = self.meta(pooled.stamps());
+                            self.recycle_now(&mut pooled.object, &meta)
+                        }) {
                             let outcome = match recycled {
                                 Ok(Ok(())) => Ok(()),
                                 failed => self.recycle_outcome(failed),
@@ -965,9 +966,8 @@ impl<M: Manager> Shared<M> {
     /// Recycles an object: the `pre_recycle` hooks, [`Manager::recycle_now`] (unless
     /// `checked`: it has run and left the object to `recycle`), [`Manager::recycle`] (its
     /// first poll inline, a timer only for a recycle that has to wait), the `post_recycle`
-    /// hooks. One
-    /// `async fn` for all three, so the common case (no hooks, a recycle ready at once) runs
-    /// no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
+    /// hooks. One `async fn` for all of them, so the common case (no hooks, a recycle ready at
+    /// once) runs no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
     /// user code panicked (logged).
     #[inline]
     async fn recycle_all(
@@ -985,11 +985,7 @@ impl<M: Manager> Shared<M> {
         let decided = if checked {
             None
         } else {
-            match catch(|| self.manager.recycle_now(object, &meta)) {
-                Ok(None) => None,
-                Ok(Some(result)) => Some(Ok(result)),
-                Err(panic) => Some(Err(panic)),
-            }
+            self.recycle_now(object, &meta)
         };
         let recycled = match decided {
             Some(recycled) => recycled,
@@ -1025,10 +1021,10 @@ impl<M: Manager> Shared<M> {
     #[inline]
     fn recycle_now(
         &self,
-        pooled: &mut Pooled<M>,
+        object: &mut M::Type,
+        meta: &Meta,
     ) -> Option<Result<RecycleResult<M::Error>, Panic>> {
-        let meta = self.meta(pooled.stamps());
-        match catch(|| self.manager.recycle_now(&mut pooled.object, &meta)) {
+        match catch(|| self.manager.recycle_now(object, meta)) {
             Ok(None) => None,
             Ok(Some(result)) => Some(Ok(result)),
             Err(panic) => Some(Err(panic)),

@@ -322,9 +322,11 @@ where
         }
     }
 
-    async fn recycle(&self, client: &mut PgClient, _: &Meta) -> RecycleResult<PgError> {
-        if client.client.is_closed() {
-            return Err(RecycleError::Backend(PgError::Closed));
+    async fn recycle(&self, client: &mut PgClient, meta: &Meta) -> RecycleResult<PgError> {
+        // The closed check and `Fast` are `recycle_now`'s (the pool calls it first; this
+        // stands alone for a caller that calls `recycle` by itself).
+        if let Some(decided) = self.recycle_now(client, meta) {
+            return decided;
         }
         let Some(sql) = self.recycling.sql() else {
             return Ok(());
