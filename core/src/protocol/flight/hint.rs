@@ -369,75 +369,119 @@ impl Hints {
     /// The two candidate words of a hash, and its tag.
     #[inline]
     fn candidates(&self, hash: u64) -> Option<([usize; 2], u64)> {
+        let first = self.first(hash)?;
+        Some(([first, self.second(hash, first)], Self::tag(hash)))
+    }
+
+    /// The first candidate word of a hash (`None`: this shard has no hints).
+    #[inline(always)]
+    fn first(&self, hash: u64) -> Option<usize> {
         let mask = self.words.len().checked_sub(1)?;
-        let first = (hash >> 8) as usize & mask;
-        let mut second = (hash >> 20) as usize & mask;
+        Some((hash >> 8) as usize & mask)
+    }
+
+    /// The second candidate word of a hash whose first is `first`: another word when the
+    /// shard has two or more.
+    #[inline(always)]
+    fn second(&self, hash: u64, first: usize) -> usize {
+        let mask = self.words.len() - 1;
+        let second = (hash >> 20) as usize & mask;
         if second == first {
-            second ^= 1;
-            second &= mask;
+            (second ^ 1) & mask
+        } else {
+            second
         }
-        Some(([first, second], hash >> 60))
+    }
+
+    /// The four bits of a hash a word is tagged with.
+    #[inline(always)]
+    fn tag(hash: u64) -> u64 {
+        hash >> 60
     }
 
     /// A reader's lock-free look for the key: a reference to its lease, or why not.
+    ///
+    /// The first candidate is looked at inline: `publish` fills it whenever it is free, so it
+    /// holds nearly every key's word. The second one is looked at out of line.
     #[inline]
     pub(super) fn take<K, V, Q>(&self, hash: u64, key: &Q) -> Taken<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let Some((candidates, tag)) = self.candidates(hash) else {
+        let Some(first) = self.first(hash) else {
             return Taken::Miss;
         };
-        let mut spent = false;
-        for index in candidates {
-            let word = &self.words[index];
-            let mut seen = Word(word.load(Ordering::Relaxed));
-            let taken = loop {
-                if seen.is_empty() || seen.tag() != tag {
-                    break None;
-                }
-                if seen.taken() >= PREPAID {
-                    spent = true;
-                    break None;
-                }
-                match word.compare_exchange_weak(
-                    seen.0,
-                    seen.with_taken(seen.taken() + 1).0,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break Some(seen),
-                    // Another reader took a reference, or a writer withdrew, refilled or
-                    // replaced the word: decide again on what it holds now.
-                    Err(actual) => seen = Word(actual),
-                }
-            };
-            let Some(won) = taken else { continue };
-            let Some(head) = NonNull::new(won.addr().cast::<Head<V>>()) else {
-                continue;
-            };
-            // The CAS on the word that named this lease with `taken` below `PREPAID` handed
-            // this caller one of the word's references.
-            let lease = LeaseRef { head };
-            // SAFETY: `lease` owns a reference.
-            unsafe { head.as_ref() }.assert_alive();
-            // SAFETY: the lease is alive while `lease` owns its reference, and every lease a
-            // word of this shard names was created as `Lease<K, V>` by `publish`.
-            let lease_key = unsafe { &(*head.as_ptr().cast::<Lease<K, V>>()).key };
-            if lease_key.borrow() == key {
-                trace_transition!("hint: hit");
-                return Taken::Hit(lease);
+        match self.take_at::<K, V, Q>(first, Self::tag(hash), key) {
+            Taken::Hit(lease) => Taken::Hit(lease),
+            Taken::Spent => self.take_second::<K, V, Q>(hash, first, key, true),
+            Taken::Miss => self.take_second::<K, V, Q>(hash, first, key, false),
+        }
+    }
+
+    /// [`Hints::take`]'s look at the second candidate, given whether the first was the key's
+    /// and spent.
+    #[cold]
+    #[inline(never)]
+    fn take_second<K, V, Q>(&self, hash: u64, first: usize, key: &Q, spent: bool) -> Taken<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let second = self.second(hash, first);
+        match self.take_at::<K, V, Q>(second, Self::tag(hash), key) {
+            Taken::Miss if spent => Taken::Spent,
+            taken => taken,
+        }
+    }
+
+    /// One candidate word's answer: a reference to the key's lease, [`Taken::Spent`] (a
+    /// spent word with the key's tag) or [`Taken::Miss`].
+    #[inline(always)]
+    fn take_at<K, V, Q>(&self, index: usize, tag: u64, key: &Q) -> Taken<V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let word = &self.words[index];
+        let mut seen = Word(word.load(Ordering::Relaxed));
+        let won = loop {
+            if seen.is_empty() || seen.tag() != tag {
+                return Taken::Miss;
             }
-            // Another key with the same tag (or a lease set up at this address since the
-            // load): give the reference back and try the next candidate.
-            drop(lease);
+            if seen.taken() >= PREPAID {
+                return Taken::Spent;
+            }
+            match word.compare_exchange_weak(
+                seen.0,
+                seen.with_taken(seen.taken() + 1).0,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break seen,
+                // Another reader took a reference, or a writer withdrew, refilled or replaced
+                // the word: decide again on what it holds now.
+                Err(actual) => seen = Word(actual),
+            }
+        };
+        let Some(head) = NonNull::new(won.addr().cast::<Head<V>>()) else {
+            return Taken::Miss;
+        };
+        // The CAS on the word that named this lease with `taken` below `PREPAID` handed this
+        // caller one of the word's references.
+        let lease = LeaseRef { head };
+        // SAFETY: `lease` owns a reference.
+        unsafe { head.as_ref() }.assert_alive();
+        // SAFETY: the lease is alive while `lease` owns its reference, and every lease a word
+        // of this shard names was created as `Lease<K, V>` by `publish`.
+        let lease_key = unsafe { &(*head.as_ptr().cast::<Lease<K, V>>()).key };
+        if lease_key.borrow() == key {
+            trace_transition!("hint: hit");
+            return Taken::Hit(lease);
         }
-        if spent {
-            Taken::Spent
-        } else {
-            Taken::Miss
-        }
+        // Another key with the same tag (or a lease set up at this address since the load):
+        // give the reference back (dropping `lease`); the caller tries the other candidate.
+        Taken::Miss
     }
 
     /// Sets up a word for `key` lending `value`, if one of its candidates is empty. The
@@ -557,5 +601,100 @@ impl fmt::Debug for Hints {
         f.debug_struct("Hints")
             .field("words", &self.words.len())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::*;
+
+    /// A hash whose first candidate (of four words) is `first`, second `second` and tag `tag`.
+    fn hash(first: u64, second: u64, tag: u64) -> u64 {
+        (tag << 60) | (second << 20) | (first << 8)
+    }
+
+    fn take(hints: &Hints, hash: u64, key: &str) -> Taken<u32> {
+        hints.take::<String, u32, str>(hash, key)
+    }
+
+    fn hit(taken: Taken<u32>) -> Option<u32> {
+        match taken {
+            Taken::Hit(lease) => Some(*lease.value()),
+            Taken::Spent | Taken::Miss => None,
+        }
+    }
+
+    /// Gives back every word's references (freeing the leases).
+    fn withdraw_all(hints: &Hints) {
+        let mut out = Withdrawn::<u32>::new();
+        hints.withdraw_all(&mut out);
+    }
+
+    #[test]
+    fn a_key_whose_first_word_is_taken_is_lent_through_its_second() {
+        let hints = Hints::new(4);
+        let (a, b) = (hash(0, 1, 5), hash(0, 2, 5));
+        hints.publish::<String, u32>(a, &"a".to_owned(), &1);
+        hints.publish::<String, u32>(b, &"b".to_owned(), &2);
+        // Same first word and tag: `b`'s look passes over `a`'s lease (its key differs).
+        assert_eq!(hit(take(&hints, b, "b")), Some(2));
+        assert_eq!(hit(take(&hints, a, "a")), Some(1));
+        // A first word with another tag is passed over without reading its lease.
+        let c = hash(2, 3, 6);
+        hints.publish::<String, u32>(c, &"c".to_owned(), &3);
+        assert_eq!(
+            hit(take(&hints, c, "c")),
+            Some(3),
+            "`b` holds word 2, `c` is in word 3"
+        );
+        withdraw_all(&hints);
+        assert!(matches!(take(&hints, b, "b"), Taken::Miss));
+    }
+
+    #[test]
+    fn a_spent_first_word_is_reported_spent_when_the_second_has_nothing() {
+        let hints = Hints::new(4);
+        let a = hash(1, 2, 7);
+        hints.publish::<String, u32>(a, &"a".to_owned(), &1);
+        for _ in 0..PREPAID {
+            assert_eq!(hit(take(&hints, a, "a")), Some(1));
+        }
+        assert!(matches!(take(&hints, a, "a"), Taken::Spent));
+        // Another key with the same candidates and tag is not spent: it has no word at all.
+        assert!(
+            matches!(take(&hints, a, "b"), Taken::Spent),
+            "its tag matches the spent word"
+        );
+        assert!(matches!(take(&hints, hash(1, 2, 8), "b"), Taken::Miss));
+        hints.refill::<String, u32, str>(a, "a");
+        assert_eq!(hit(take(&hints, a, "a")), Some(1));
+        withdraw_all(&hints);
+    }
+
+    #[test]
+    fn a_hash_whose_candidates_coincide_gets_the_neighbouring_word() {
+        let hints = Hints::new(4);
+        let x = hash(1, 1, 9);
+        hints.publish::<String, u32>(x, &"x".to_owned(), &1);
+        hints.publish::<String, u32>(x, &"y".to_owned(), &2);
+        hints.publish::<String, u32>(x, &"z".to_owned(), &3);
+        assert_eq!(hit(take(&hints, x, "x")), Some(1));
+        assert_eq!(
+            hit(take(&hints, x, "y")),
+            Some(2),
+            "in word 0, beside word 1"
+        );
+        assert!(
+            matches!(take(&hints, x, "z"), Taken::Miss),
+            "both words were taken"
+        );
+        withdraw_all(&hints);
+    }
+
+    #[test]
+    fn no_words_lend_nothing() {
+        let hints = Hints::new(0);
+        hints.publish::<String, u32>(0, &"a".to_owned(), &1);
+        assert!(matches!(take(&hints, 0, "a"), Taken::Miss));
     }
 }

@@ -414,7 +414,7 @@ where
     /// `key`'s finished value through its hint, without the lock: a prepaid reference to it,
     /// [`Taken::Spent`] (call [`Registry::refill`], then read with [`Registry::get`]) or
     /// [`Taken::Miss`] (read with `get`).
-    #[inline]
+    #[inline(always)]
     fn lend<Q>(&self, key: Hashed<'_, Q>) -> Taken<V>
     where
         K: Borrow<Q>,
