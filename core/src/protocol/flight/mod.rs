@@ -162,7 +162,13 @@ impl Hasher {
     #[inline]
     fn hash_one<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         match self {
-            Hasher::Fast(state) => state.hash_one(key),
+            // What `hash_one` does, spelled out so that foldhash's inline parts inline here
+            // (its `hash_one` stayed a call of its own on the hot acquire).
+            Hasher::Fast(state) => {
+                let mut hasher = state.build_hasher();
+                key.hash(&mut hasher);
+                std::hash::Hasher::finish(&hasher)
+            }
             Hasher::SipHash(state) => state.hash_one(key),
             #[cfg(slotpool_loom)]
             Hasher::Fixed(state, _) => state.hash_one(key),
