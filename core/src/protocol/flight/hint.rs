@@ -652,6 +652,25 @@ mod tests {
     }
 
     #[test]
+    fn keys_whose_first_candidates_differ_each_get_a_word() {
+        let hints = Hints::new(4);
+        // Two keys share each second candidate: only the first ones fit all four.
+        let keys = [
+            ("a", hash(0, 2, 1)),
+            ("b", hash(1, 2, 2)),
+            ("c", hash(2, 1, 3)),
+            ("d", hash(3, 1, 4)),
+        ];
+        for (value, (key, hash)) in (0..).zip(keys) {
+            hints.publish::<String, u32>(hash, &key.to_owned(), &value);
+        }
+        for (value, (key, hash)) in (0..).zip(keys) {
+            assert_eq!(hit(take(&hints, hash, key)), Some(value), "{key}");
+        }
+        withdraw_all(&hints);
+    }
+
+    #[test]
     fn a_spent_first_word_is_reported_spent_when_the_second_has_nothing() {
         let hints = Hints::new(4);
         let a = hash(1, 2, 7);
