@@ -300,11 +300,15 @@ pub struct ClientPool<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     reaper: Option<tokio::task::AbortHandle>,
 }
 
-/// What an idle slot holds: the client (on the heap: checkouts and returns move this through
-/// the cell and the acquire future, and a client inline, a tonic client of a few hundred
-/// bytes, was copied whole on each move) and its share of a channel.
-struct Pooled<C: ChannelConnector, F: ClientFactory<C::Channel>> {
-    client: Box<F::Client>,
+/// What an idle slot holds: one pointer to the client with its channel share and anchor.
+/// Checkouts and returns move this through the cell, the acquire future and the guard; with
+/// the parts inline each move copied them all (five words and more, and a client inline, a
+/// tonic client of a few hundred bytes, whole).
+type Pooled<C, F> = Box<PooledClient<C, F>>;
+
+/// A live client and what it holds (see [`Pooled`]).
+struct PooledClient<C: ChannelConnector, F: ClientFactory<C::Channel>> {
+    client: F::Client,
     /// Held for the client's whole life (R1): dropping the client releases it.
     channel: ChannelGuard<C>,
     /// The client's own handle on the pool (see [`Anchor`]).
@@ -411,9 +415,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>, broken: bool) {
         let now = self.time.clock.now();
         for pooled in clients {
-            let Pooled {
+            let PooledClient {
                 client, channel, ..
-            } = pooled;
+            } = *pooled;
             crate::panic::drop_guarded(client);
             if broken {
                 channel.release_broken();
@@ -487,11 +491,11 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
                 }));
                 Ok(Self::guard(
                     lease,
-                    Pooled {
-                        client: Box::new(client),
+                    Box::new(PooledClient {
+                        client,
                         channel,
                         anchor,
-                    },
+                    }),
                 ))
             }
             Ok(Err(source)) => {
@@ -541,9 +545,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
             .reap(|stamp| now_ns.saturating_sub(stamp) >= timeout);
         let count = reaped.len();
         for (pooled, stamp) in reaped {
-            let Pooled {
+            let PooledClient {
                 client, channel, ..
-            } = pooled;
+            } = *pooled;
             crate::panic::drop_guarded(client);
             // The channel was last used when the client was: nested reaping (module docs).
             channel.release_last_used(self.time.latest(stamp, now_ns));
