@@ -707,6 +707,24 @@ mod tests {
             matches!(take(&hints, x, "z"), Taken::Miss),
             "both words were taken"
         );
+        // Words 2 and 3 are free for two keys that have only those two.
+        let (p, q) = (hash(3, 2, 10), hash(2, 3, 11));
+        hints.publish::<String, u32>(p, &"p".to_owned(), &4);
+        hints.publish::<String, u32>(q, &"q".to_owned(), &5);
+        assert_eq!(hit(take(&hints, p, "p")), Some(4));
+        assert_eq!(hit(take(&hints, q, "q")), Some(5));
+        withdraw_all(&hints);
+    }
+
+    #[test]
+    fn a_key_whose_first_word_is_taken_gets_its_own_second() {
+        let hints = Hints::new(4);
+        hints.publish::<String, u32>(hash(0, 2, 1), &"x".to_owned(), &1);
+        hints.publish::<String, u32>(hash(1, 2, 2), &"y".to_owned(), &2);
+        // Words 0 and 1 are taken: `c` fits only in its second, word 3.
+        let c = hash(0, 3, 3);
+        hints.publish::<String, u32>(c, &"c".to_owned(), &3);
+        assert_eq!(hit(take(&hints, c, "c")), Some(3));
         withdraw_all(&hints);
     }
 
