@@ -171,6 +171,7 @@ pub(crate) mod time;
 
 use std::fmt;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -268,32 +269,60 @@ struct Config {
     backoff_fails_fast: bool,
 }
 
-/// What a slot holds: the object, on the heap, and its anchor. Two words whatever the object's
-/// size: a checkout and a return move them in and out of the cell and through the `get`
-/// future, and an object held inline (a database client is a few hundred bytes) was copied
-/// whole on each of those moves (`managed-216` in the hot-path example: a 216-byte object
-/// inline cost 1036 instructions per checkout and return against 474 for a word). The object
-/// is allocated once, when it is created.
-struct Pooled<M: Manager> {
-    object: Box<M::Type>,
+/// What a slot holds: one pointer to the object and its anchor, allocated together once,
+/// when the object is created. One word whatever the object's size: a checkout and a return
+/// move it in and out of the cell and through the `get` future. An object held inline (a
+/// database client is a few hundred bytes) was copied whole on each of those moves
+/// (`managed-216` in the hot-path example: a 216-byte object inline cost 1036 instructions
+/// per checkout and return against 474 for a word), and an object and its anchor in two
+/// allocations moved two words each time.
+struct Pooled<M: Manager>(Box<CachePadded<Entry<M>>>);
+
+/// The object and its anchor (see [`Pooled`]); on its own cache line, written only by the
+/// object's holder.
+struct Entry<M: Manager> {
     /// The object's own reference to the pool's state and what the pool knows of the object:
     /// moves with the object, so a checkout writes no shared count (see the module docs, "The
     /// protocol").
-    anchor: Arc<CachePadded<Anchor<M>>>,
+    anchor: Anchor<M>,
+    object: M::Type,
+}
+
+impl<M: Manager> Deref for Pooled<M> {
+    type Target = Entry<M>;
+
+    #[inline]
+    fn deref(&self) -> &Entry<M> {
+        &self.0
+    }
+}
+
+impl<M: Manager> DerefMut for Pooled<M> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Entry<M> {
+        &mut self.0
+    }
 }
 
 impl<M: Manager> Pooled<M> {
     /// A new object's entry, created at `created` (a stamp).
     fn new(object: M::Type, shared: Arc<Shared<M>>, created: u64) -> Self {
-        Pooled {
-            object: Box::new(object),
-            anchor: Arc::new(CachePadded::new(Anchor {
+        Pooled(Box::new(CachePadded::new(Entry {
+            anchor: Anchor {
                 shared,
                 created,
                 returned: AtomicU64::new(Stamps::NEVER),
                 recycle_count: AtomicU64::new(0),
-            })),
-        }
+            },
+            object,
+        })))
+    }
+
+    /// The object and its anchor, apart (the object leaves the pool, or is dropped before
+    /// the anchor's reference to the pool).
+    fn into_parts(self) -> (M::Type, Anchor<M>) {
+        let Entry { anchor, object } = CachePadded::into_inner(*self.0);
+        (object, anchor)
     }
 
     /// What the pool knows of the object now.
@@ -520,9 +549,9 @@ impl<M: Manager> Pool<M> {
                 panic,
             })
         })?;
-        let Pooled { object, anchor } = built;
+        let (object, anchor) = built.into_parts();
         drop(anchor);
-        Ok(*object)
+        Ok(object)
     }
 
     /// The pool's deadlines for each step of a `get` (as built).
@@ -577,13 +606,14 @@ impl<M: Manager> Pool<M> {
         let (removed, kept, panics) = shared.retain(keep);
         let mut taken = Vec::with_capacity(removed.len());
         // The iterator gives the units back when dropped, after the loop.
-        for Pooled { mut object, anchor } in removed {
+        for pooled in removed {
+            let (mut object, anchor) = pooled.into_parts();
             if let Err(panic) = catch(|| shared.manager.detach(&mut object)) {
                 shared.panicked(Step::Detach, &panic);
             }
             drop(anchor);
             shared.counters.detached.incr();
-            taken.push(*object);
+            taken.push(object);
         }
         if shared.config.min_idle > 0 && !taken.is_empty() {
             shared.maintain.notify_one();
@@ -1178,8 +1208,8 @@ impl<M: Manager> Shared<M> {
     /// borrows the slots: every caller must reach `self` through a pool handle, an upgraded
     /// `Weak`, or a reference of its own (`check_in` takes one on every path that disposes).
     fn close_object(&self, pooled: Pooled<M>) {
-        let Pooled { object, anchor } = pooled;
-        self.drop_object(*object);
+        let (object, anchor) = pooled.into_parts();
+        self.drop_object(object);
         drop(anchor);
     }
 
@@ -1187,8 +1217,9 @@ impl<M: Manager> Shared<M> {
     /// or dropped if it is past its lifetime or the pool is over its size or closed.
     #[inline]
     fn check_in(&self, lease: Lease, pooled: Pooled<M>) -> Ending<Arc<Shared<M>>> {
-        // The object's anchor: its memory stays put while the object moves into its cell.
-        let anchor: *const CachePadded<Anchor<M>> = Arc::as_ptr(&pooled.anchor);
+        // The object's anchor: its memory stays put while the object's entry moves into its
+        // cell.
+        let anchor: *const Anchor<M> = &pooled.anchor;
         // A reference of our own, for the paths that need the pool past the moment the object
         // leaves our hands. SAFETY: called only while the object (and so its anchor) is ours,
         // or in its cell with our `settling` flag set (no one can drop it then).

@@ -61,9 +61,7 @@ impl<M: Manager> Object<M> {
         let Some((lease, pooled)) = this.held.take() else {
             unreachable!("an object holds its value until dropped or taken")
         };
-        let Pooled {
-            mut object, anchor, ..
-        } = pooled;
+        let (mut object, anchor) = pooled.into_parts();
         let shared = &anchor.shared;
         if let Err(panic) = catch(|| shared.manager.detach(&mut object)) {
             shared.panicked(Step::Detach, &panic);
@@ -73,7 +71,7 @@ impl<M: Manager> Object<M> {
         if shared.config.min_idle > 0 {
             shared.maintain.notify_one();
         }
-        *object
+        object
     }
 
     /// What the pool knows about the object (creation, last return, recycles).
