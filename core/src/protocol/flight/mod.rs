@@ -816,3 +816,35 @@ impl<T: Clone> fmt::Debug for FlightWait<T> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::*;
+
+    type Map = Registry<String, u32, ()>;
+
+    fn hash(registry: &Map, key: &str) -> KeyHash {
+        registry.hashed(key).hash()
+    }
+
+    /// Either hashing is a function of the key within a registry, tells keys apart, and is
+    /// seeded afresh for each registry (so ids aimed at one pool do not collide in another).
+    #[test]
+    fn keys_hash_apart_and_each_registry_seeds_its_own() {
+        for hashing in [KeyHashing::Fast, KeyHashing::SipHash] {
+            let (one, two) = (Map::with_hashing(4, hashing), Map::with_hashing(4, hashing));
+            assert!(
+                hash(&one, "session-1") == hash(&one, "session-1"),
+                "{hashing:?}"
+            );
+            assert!(
+                hash(&one, "session-1") != hash(&one, "session-2"),
+                "{hashing:?}"
+            );
+            assert!(
+                hash(&one, "session-1") != hash(&two, "session-1"),
+                "{hashing:?}"
+            );
+        }
+    }
+}
