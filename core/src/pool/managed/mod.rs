@@ -171,8 +171,9 @@ pub(crate) mod time;
 
 use std::fmt;
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::pin::{pin, Pin};
+use std::ptr::NonNull;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -195,7 +196,7 @@ use crate::breaker::{Admission, Breaker};
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Retired, Unpinned};
 use crate::panic::{catch, report, Panic};
-use crate::sync::{Arc, AtomicU64, AtomicUsize, CachePadded, Ordering, Weak};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, Weak};
 
 /// The managed object pool. See the [module documentation](self).
 ///
@@ -276,14 +277,33 @@ struct Config {
 /// (`managed-216` in the hot-path example: a 216-byte object inline cost 1036 instructions
 /// per checkout and return against 474 for a word), and an object and its anchor in two
 /// allocations moved two words each time.
-struct Pooled<M: Manager>(Box<CachePadded<Entry<M>>>);
+///
+/// It owns the allocation through a raw pointer, not a `Box`, and hands out the object
+/// mutably only as a field (`object_mut`), never the whole entry: a return reads its anchor
+/// through a pointer taken before the entry goes back into its cell, and may do so after
+/// another `get` has taken the entry out again and is using the object (see
+/// [`Shared::check_in`]). Moving a `Box`, or a `&mut` to the entry, would claim the anchor
+/// too; this claims only what its holder writes.
+struct Pooled<M: Manager> {
+    /// INVARIANT: from `Box::into_raw`, owned by this value alone, freed by its drop or
+    /// `into_parts`.
+    entry: NonNull<Entry<M>>,
+}
 
-/// The object and its anchor (see [`Pooled`]); on its own cache line, written only by the
-/// object's holder.
+// SAFETY: a `Pooled` owns its entry as a `Box` would: it is `Send` or `Sync` when the entry
+// is.
+unsafe impl<M: Manager> Send for Pooled<M> where Entry<M>: Send {}
+// SAFETY: as above.
+unsafe impl<M: Manager> Sync for Pooled<M> where Entry<M>: Sync {}
+
+/// The object and its anchor (see [`Pooled`]); on cache lines of its own (aligned as
+/// `CachePadded` aligns, without its `Deref`, so a field is reached with no reference to the
+/// whole), written only by the object's holder.
+#[repr(align(128))]
 struct Entry<M: Manager> {
     /// The object's own reference to the pool's state and what the pool knows of the object:
     /// moves with the object, so a checkout writes no shared count (see the module docs, "The
-    /// protocol").
+    /// protocol"). Read-only but for its atomics.
     anchor: Anchor<M>,
     object: M::Type,
 }
@@ -293,21 +313,22 @@ impl<M: Manager> Deref for Pooled<M> {
 
     #[inline]
     fn deref(&self) -> &Entry<M> {
-        &self.0
+        // SAFETY: the entry is alive while owned; nothing holds a `&mut` to the whole entry.
+        unsafe { self.entry.as_ref() }
     }
 }
 
-impl<M: Manager> DerefMut for Pooled<M> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut Entry<M> {
-        &mut self.0
+impl<M: Manager> Drop for Pooled<M> {
+    fn drop(&mut self) {
+        // SAFETY: the invariant: ours, from `Box::into_raw`, and not freed yet.
+        drop(unsafe { Box::from_raw(self.entry.as_ptr()) });
     }
 }
 
 impl<M: Manager> Pooled<M> {
     /// A new object's entry, created at `created` (a stamp).
     fn new(object: M::Type, shared: Arc<Shared<M>>, created: u64) -> Self {
-        Pooled(Box::new(CachePadded::new(Entry {
+        let entry = Box::new(Entry {
             anchor: Anchor {
                 shared,
                 created,
@@ -315,13 +336,34 @@ impl<M: Manager> Pooled<M> {
                 recycle_count: AtomicU64::new(0),
             },
             object,
-        })))
+        });
+        Pooled {
+            entry: NonNull::from(Box::leak(entry)),
+        }
+    }
+
+    /// The object, mutably: a reference to that field alone (see [`Pooled`]).
+    #[inline]
+    fn object_mut(&mut self) -> &mut M::Type {
+        // SAFETY: the entry is alive and ours; the reference covers the object only, which
+        // only its holder (us, through `&mut self`) touches.
+        unsafe { &mut (*self.entry.as_ptr()).object }
+    }
+
+    /// Where the anchor is: stays put, and readable, until the entry is freed.
+    #[inline]
+    fn anchor_ptr(&self) -> *const Anchor<M> {
+        // SAFETY: in bounds of the live entry; no reference is made.
+        unsafe { &raw const (*self.entry.as_ptr()).anchor }
     }
 
     /// The object and its anchor, apart (the object leaves the pool, or is dropped before
     /// the anchor's reference to the pool).
     fn into_parts(self) -> (M::Type, Anchor<M>) {
-        let Entry { anchor, object } = CachePadded::into_inner(*self.0);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the invariant; `this` is not dropped, so the entry is freed once, here.
+        let entry = unsafe { Box::from_raw(this.entry.as_ptr()) };
+        let Entry { anchor, object } = *entry;
         (object, anchor)
     }
 
@@ -804,7 +846,7 @@ impl<M: Manager> Shared<M> {
                     if !hooks {
                         if let Some(recycled) = object.pooled_mut().and_then(|pooled| {
                             let meta = self.meta(pooled.stamps());
-                            self.recycle_now(&mut pooled.object, &meta)
+                            self.recycle_now(pooled.object_mut(), &meta)
                         }) {
                             let outcome = match recycled {
                                 Ok(Ok(())) => Ok(()),
@@ -1007,7 +1049,7 @@ impl<M: Manager> Shared<M> {
         timeouts: &Timeouts,
     ) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
-        let object = &mut pooled.object;
+        let object = pooled.object_mut();
         if !self.hooks.pre_recycle.is_empty() {
             self.hooks_ok(Step::PreRecycle, &self.hooks.pre_recycle, object, &meta)
                 .await?;
@@ -1218,8 +1260,8 @@ impl<M: Manager> Shared<M> {
     #[inline]
     fn check_in(&self, lease: Lease, pooled: Pooled<M>) -> Ending<Arc<Shared<M>>> {
         // The object's anchor: its memory stays put while the object's entry moves into its
-        // cell.
-        let anchor: *const Anchor<M> = &pooled.anchor;
+        // cell, and this pointer claims nothing of it (see `Pooled`).
+        let anchor: *const Anchor<M> = pooled.anchor_ptr();
         // A reference of our own, for the paths that need the pool past the moment the object
         // leaves our hands. SAFETY: called only while the object (and so its anchor) is ours,
         // or in its cell with our `settling` flag set (no one can drop it then).

@@ -101,7 +101,7 @@ impl<M: Manager> DerefMut for Object<M> {
     #[inline]
     fn deref_mut(&mut self) -> &mut M::Type {
         match &mut self.held {
-            Some((_, pooled)) => &mut pooled.object,
+            Some((_, pooled)) => pooled.object_mut(),
             None => unreachable!("an object holds its value until dropped or taken"),
         }
     }
