@@ -301,11 +301,13 @@ unsafe impl<M: Manager> Sync for Pooled<M> where Entry<M>: Sync {}
 /// whole), written only by the object's holder.
 #[repr(align(128))]
 struct Entry<M: Manager> {
+    /// First, so an entry dropped whole drops the object before the anchor's reference to
+    /// the pool (as `into_parts`'s callers do).
+    object: M::Type,
     /// The object's own reference to the pool's state and what the pool knows of the object:
     /// moves with the object, so a checkout writes no shared count (see the module docs, "The
     /// protocol"). Read-only but for its atomics.
     anchor: Anchor<M>,
-    object: M::Type,
 }
 
 impl<M: Manager> Deref for Pooled<M> {
@@ -329,13 +331,13 @@ impl<M: Manager> Pooled<M> {
     /// A new object's entry, created at `created` (a stamp).
     fn new(object: M::Type, shared: Arc<Shared<M>>, created: u64) -> Self {
         let entry = Box::new(Entry {
+            object,
             anchor: Anchor {
                 shared,
                 created,
                 returned: AtomicU64::new(Stamps::NEVER),
                 recycle_count: AtomicU64::new(0),
             },
-            object,
         });
         Pooled {
             entry: NonNull::from(Box::leak(entry)),
@@ -363,7 +365,7 @@ impl<M: Manager> Pooled<M> {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: the invariant; `this` is not dropped, so the entry is freed once, here.
         let entry = unsafe { Box::from_raw(this.entry.as_ptr()) };
-        let Entry { anchor, object } = *entry;
+        let Entry { object, anchor } = *entry;
         (object, anchor)
     }
 
