@@ -271,7 +271,7 @@ impl slotpool::managed::Manager for Words {
 /// all, where a separate box for the object and `Arc` for its record made three. Dropping the
 /// object returns it idle, which allocates nothing.
 #[tokio::test(flavor = "current_thread")]
-async fn a_created_managed_object_is_one_allocation() {
+async fn a_created_managed_object_and_its_record_are_one_allocation() {
     let pool = || {
         slotpool::managed::Pool::builder(Words)
             .max_size(4)

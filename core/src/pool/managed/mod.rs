@@ -285,8 +285,8 @@ struct Config {
 /// [`Shared::check_in`]). Moving a `Box`, or a `&mut` to the entry, would claim the anchor
 /// too; this claims only what its holder writes.
 struct Pooled<M: Manager> {
-    /// INVARIANT: from `Box::into_raw`, owned by this value alone, freed by its drop or
-    /// `into_parts`.
+    /// INVARIANT: a leaked `Box` (`Pooled::new`), owned by this value alone, freed by its
+    /// drop or `into_parts`.
     entry: NonNull<Entry<M>>,
 }
 
@@ -322,7 +322,7 @@ impl<M: Manager> Deref for Pooled<M> {
 
 impl<M: Manager> Drop for Pooled<M> {
     fn drop(&mut self) {
-        // SAFETY: the invariant: ours, from `Box::into_raw`, and not freed yet.
+        // SAFETY: the invariant: ours, a leaked `Box`, and not freed yet.
         drop(unsafe { Box::from_raw(self.entry.as_ptr()) });
     }
 }

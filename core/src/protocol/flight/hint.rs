@@ -613,6 +613,10 @@ mod tests {
         (tag << 60) | (second << 20) | (first << 8)
     }
 
+    fn publish(hints: &Hints, hash: u64, key: &str, value: u32) {
+        hints.publish::<String, u32>(hash, &key.to_owned(), &value);
+    }
+
     fn take(hints: &Hints, hash: u64, key: &str) -> Taken<u32> {
         hints.take::<String, u32, str>(hash, key)
     }
@@ -634,14 +638,14 @@ mod tests {
     fn a_key_whose_first_word_is_taken_is_lent_through_its_second() {
         let hints = Hints::new(4);
         let (a, b) = (hash(0, 1, 5), hash(0, 2, 5));
-        hints.publish::<String, u32>(a, &"a".to_owned(), &1);
-        hints.publish::<String, u32>(b, &"b".to_owned(), &2);
+        publish(&hints, a, "a", 1);
+        publish(&hints, b, "b", 2);
         // Same first word and tag: `b`'s look passes over `a`'s lease (its key differs).
         assert_eq!(hit(take(&hints, b, "b")), Some(2));
         assert_eq!(hit(take(&hints, a, "a")), Some(1));
         // A first word with another tag is passed over without reading its lease.
         let c = hash(2, 3, 6);
-        hints.publish::<String, u32>(c, &"c".to_owned(), &3);
+        publish(&hints, c, "c", 3);
         assert_eq!(
             hit(take(&hints, c, "c")),
             Some(3),
@@ -662,7 +666,7 @@ mod tests {
             ("d", hash(3, 1, 4)),
         ];
         for (value, (key, hash)) in (0..).zip(keys) {
-            hints.publish::<String, u32>(hash, &key.to_owned(), &value);
+            publish(&hints, hash, key, value);
         }
         for (value, (key, hash)) in (0..).zip(keys) {
             assert_eq!(hit(take(&hints, hash, key)), Some(value), "{key}");
@@ -674,12 +678,13 @@ mod tests {
     fn a_spent_first_word_is_reported_spent_when_the_second_has_nothing() {
         let hints = Hints::new(4);
         let a = hash(1, 2, 7);
-        hints.publish::<String, u32>(a, &"a".to_owned(), &1);
+        publish(&hints, a, "a", 1);
         for _ in 0..PREPAID {
             assert_eq!(hit(take(&hints, a, "a")), Some(1));
         }
         assert!(matches!(take(&hints, a, "a"), Taken::Spent));
-        // Another key with the same candidates and tag is not spent: it has no word at all.
+        // Another key with the same candidates and tag reads `Spent` too (the word's tag is
+        // its own, and a spent word is not read further); with another tag, `Miss`.
         assert!(
             matches!(take(&hints, a, "b"), Taken::Spent),
             "its tag matches the spent word"
@@ -694,9 +699,9 @@ mod tests {
     fn a_hash_whose_candidates_coincide_gets_the_neighbouring_word() {
         let hints = Hints::new(4);
         let x = hash(1, 1, 9);
-        hints.publish::<String, u32>(x, &"x".to_owned(), &1);
-        hints.publish::<String, u32>(x, &"y".to_owned(), &2);
-        hints.publish::<String, u32>(x, &"z".to_owned(), &3);
+        publish(&hints, x, "x", 1);
+        publish(&hints, x, "y", 2);
+        publish(&hints, x, "z", 3);
         assert_eq!(hit(take(&hints, x, "x")), Some(1));
         assert_eq!(
             hit(take(&hints, x, "y")),
@@ -709,8 +714,8 @@ mod tests {
         );
         // Words 2 and 3 are free for two keys that have only those two.
         let (p, q) = (hash(3, 2, 10), hash(2, 3, 11));
-        hints.publish::<String, u32>(p, &"p".to_owned(), &4);
-        hints.publish::<String, u32>(q, &"q".to_owned(), &5);
+        publish(&hints, p, "p", 4);
+        publish(&hints, q, "q", 5);
         assert_eq!(hit(take(&hints, p, "p")), Some(4));
         assert_eq!(hit(take(&hints, q, "q")), Some(5));
         withdraw_all(&hints);
@@ -719,11 +724,11 @@ mod tests {
     #[test]
     fn a_key_whose_first_word_is_taken_gets_its_own_second() {
         let hints = Hints::new(4);
-        hints.publish::<String, u32>(hash(0, 2, 1), &"x".to_owned(), &1);
-        hints.publish::<String, u32>(hash(1, 2, 2), &"y".to_owned(), &2);
+        publish(&hints, hash(0, 2, 1), "x", 1);
+        publish(&hints, hash(1, 2, 2), "y", 2);
         // Words 0 and 1 are taken: `c` fits only in its second, word 3.
         let c = hash(0, 3, 3);
-        hints.publish::<String, u32>(c, &"c".to_owned(), &3);
+        publish(&hints, c, "c", 3);
         assert_eq!(hit(take(&hints, c, "c")), Some(3));
         withdraw_all(&hints);
     }
@@ -731,7 +736,7 @@ mod tests {
     #[test]
     fn no_words_lend_nothing() {
         let hints = Hints::new(0);
-        hints.publish::<String, u32>(0, &"a".to_owned(), &1);
+        publish(&hints, 0, "a", 1);
         assert!(matches!(take(&hints, 0, "a"), Taken::Miss));
     }
 }

@@ -833,16 +833,19 @@ mod tests {
     fn keys_hash_apart_and_each_registry_seeds_its_own() {
         for hashing in [KeyHashing::Fast, KeyHashing::SipHash] {
             let (one, two) = (Map::with_hashing(4, hashing), Map::with_hashing(4, hashing));
-            assert!(
-                hash(&one, "session-1") == hash(&one, "session-1"),
+            assert_eq!(
+                hash(&one, "session-1"),
+                hash(&one, "session-1"),
                 "{hashing:?}"
             );
-            assert!(
-                hash(&one, "session-1") != hash(&one, "session-2"),
+            assert_ne!(
+                hash(&one, "session-1"),
+                hash(&one, "session-2"),
                 "{hashing:?}"
             );
-            assert!(
-                hash(&one, "session-1") != hash(&two, "session-1"),
+            assert_ne!(
+                hash(&one, "session-1"),
+                hash(&two, "session-1"),
                 "{hashing:?}"
             );
         }
