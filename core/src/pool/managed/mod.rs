@@ -1463,3 +1463,65 @@ impl<M: Manager> Drop for Recycling<'_, '_, M> {
         }
     }
 }
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// An object that records, when dropped, how many references its pool's state still has.
+    struct Probe {
+        shared: Weak<Shared<Probes>>,
+        seen: Arc<Mutex<Option<usize>>>,
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            *self.seen.lock().unwrap() = Some(self.shared.strong_count());
+        }
+    }
+
+    struct Probes;
+
+    impl Manager for Probes {
+        type Type = Probe;
+        type Error = Infallible;
+
+        async fn create(&self) -> Result<Probe, Infallible> {
+            unreachable!("the test builds its entry by hand")
+        }
+    }
+
+    /// An entry dropped whole (not taken apart by `into_parts`) frees its object and its
+    /// reference to the pool, the object first (`Entry`'s field order).
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_entry_dropped_whole_drops_the_object_then_its_pool_reference() {
+        let pool = Pool::builder(Probes)
+            .max_size(1)
+            .reap_interval(None)
+            .build()
+            .unwrap();
+        let shared = pool.shared();
+        let before = Arc::strong_count(shared);
+        let seen = Arc::new(Mutex::new(None));
+        let probe = Probe {
+            shared: Arc::downgrade(shared),
+            seen: Arc::clone(&seen),
+        };
+        let entry = Pooled::new(probe, Arc::clone(shared), 0);
+        assert_eq!(Arc::strong_count(shared), before + 1);
+        drop(entry);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(before + 1),
+            "the object was dropped while its entry still held the pool"
+        );
+        assert_eq!(
+            Arc::strong_count(shared),
+            before,
+            "the entry's reference went"
+        );
+    }
+}
