@@ -388,10 +388,18 @@ impl<T> ExclusiveCell<T> {
         // SAFETY: exclusive by the caller's contract.
         self.value.with_mut(|cell| unsafe {
             debug_assert!((*cell).is_none(), "a returned value overwrote an idle one");
-            *cell = Some(value);
+            // Empty by the contract: nothing to drop in its place.
+            cell.write(Some(value));
         });
-        self.idle
-            .store(IdleWord::idle(stamp.min(MAX_STAMP)).0, Ordering::Release);
+        let word = IdleWord::idle(stamp.min(MAX_STAMP)).0;
+        // loom 0.7 can order a plain store between the read and the write of a concurrent
+        // RMW (tokio-rs/loom#254), which no real atomic allows: it then lets a reaper's
+        // step 3 win over this stamp. The model stores with a swap, whose effect on the word
+        // is the same and which loom keeps atomic with the reaper's CAS.
+        #[cfg(slotpool_loom)]
+        let _ = self.idle.swap(word, Ordering::Release);
+        #[cfg(not(slotpool_loom))]
+        self.idle.store(word, Ordering::Release);
     }
 }
 
@@ -1212,23 +1220,28 @@ impl<T> ExclusiveSlots<T> {
         keep: impl FnOnce() -> K,
     ) -> Unpinned<'_, T, K> {
         if self.over_bound() {
-            return Unpinned::Pinned(keep(), self.check_in(lease, value, stamp));
+            return self.check_in_pinned(lease, value, stamp, keep);
         }
-        let flag = self
+        let cell = self
             .table
-            .with_slot(lease.index(), |slot| NonNull::from(&slot.data().settling))
+            .with_slot(lease.index(), |slot| NonNull::from(slot.data()))
             .expect("a lease's slot exists while it is held");
         // SAFETY: slots never move or go before the table, which our value keeps alive.
-        let settling = unsafe { flag.as_ref() };
+        let cell = unsafe { cell.as_ref() };
+        let settling = &cell.settling;
         if settling.load(Ordering::Acquire) {
             // The previous holder is still between its release and its `done`: the flag is
             // its. Return under the caller's own reference instead.
-            return Unpinned::Pinned(keep(), self.check_in(lease, value, stamp));
+            return self.check_in_pinned(lease, value, stamp, keep);
         }
         // Before the value is published (the idle word's `Release` store and the release RMW
         // that follow), so whoever reaches the value through either sees the flag set.
         settling.store(true, Ordering::Relaxed);
-        self.put_back(lease, value, stamp);
+        // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
+        // and nobody else may touch it until our release below.
+        unsafe { cell.put(value, stamp) };
+        trace_transition!("exclusive: check in {}", lease.index());
+        self.table.release_held(lease.reservation);
         // Our release (SeqCst RMW) before these loads (see `check_in`).
         dekker_fence();
         if self.over_bound() {
@@ -1239,7 +1252,23 @@ impl<T> ExclusiveSlots<T> {
             settling.store(false, Ordering::Release);
             return Unpinned::Pinned(kept, CheckIn::Trimmed(self.trim()));
         }
-        Unpinned::Settling(Settling { flag })
+        Unpinned::Settling(Settling {
+            flag: NonNull::from(settling),
+        })
+    }
+
+    /// [`ExclusiveSlots::check_in_unpinned`]'s cold case: the return runs under the
+    /// reference `keep` takes (module docs, "Returning without a reference count").
+    #[cold]
+    #[inline(never)]
+    fn check_in_pinned<K>(
+        &self,
+        lease: Lease,
+        value: T,
+        stamp: u64,
+        keep: impl FnOnce() -> K,
+    ) -> Unpinned<'_, T, K> {
+        Unpinned::Pinned(keep(), self.check_in(lease, value, stamp))
     }
 
     /// Waits until no return of slot `index` is still settling (a spin: a settling return is
@@ -1264,7 +1293,8 @@ impl<T> ExclusiveSlots<T> {
             unsafe { slot.data().put(value, stamp) };
         });
         trace_transition!("exclusive: check in {}", lease.index());
-        self.table.release(lease.reservation);
+        // A lease is a held unit (a reaper takes only slots at load 0): one `fetch_sub`.
+        self.table.release_held(lease.reservation);
     }
 
     /// Gives the slot up without a value (failed to build, or a value the caller no longer

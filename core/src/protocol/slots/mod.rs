@@ -908,16 +908,17 @@ impl<T> SlotTable<T> {
     /// A held unit keeps its slot's incarnation alive (nothing retires a slot with load), so
     /// the generation needs no check, and the common case (first segment, nobody waiting) is
     /// a single `fetch_sub` on the slot word, as the floor's release is, with no load before
-    /// it and no retry. What the old word says then decides the rest: a slot that accepts
-    /// makes sure its room is published (rule 1: one load of the room word when its bit is
-    /// set; out of line when the slot was full), and the release that takes a Draining slot
-    /// to load 0 retires it (Draining with load 0 admits no other transition, so that CAS
-    /// cannot fail). With waiters it takes the checked path, which hands the unit over.
+    /// it and no retry. What the old word says then decides the rest: the release that takes
+    /// a Draining slot to load 0 retires it (out of line: Draining with load 0 admits no other
+    /// transition, so that CAS cannot fail), and any other makes sure the slot's room is
+    /// published (rule 1: one load of the room word when its bit is set, as it nearly always
+    /// is, also after a release from full at a queue depth of 1). With waiters it takes the
+    /// checked path, which hands the unit over.
     ///
     /// Unlike [`SlotTable::release`], a release of a unit not held is not detected (debug
     /// builds assert): it would take a unit someone else holds, or corrupt an idle slot's
     /// word. Hand back reservations of uncertain standing with [`SlotTable::release`].
-    #[inline]
+    #[inline(always)]
     pub fn release_held(&self, reservation: Reservation) {
         if let Some(slot) = self.base.slots.get(reservation.index()) {
             if !self.gate.has_waiters() {
@@ -927,15 +928,15 @@ impl<T> SlotTable<T> {
                     "release_held of a unit not held: {reservation:?}, slot {old:?}"
                 );
                 trace_transition!("slots: held release {} from {:?}", reservation.index(), old);
-                if old.has_room(self.max_load) {
-                    // The slot had room and has more now: its bit must be set (rule 1). It
-                    // usually is, and finding it set is one load; but the release that took
-                    // the slot from full may not have set it yet (preempted between its RMW
-                    // and its hint), and without this the room we add stays hidden until it
-                    // does.
-                    self.set_base_room_hint(reservation.index());
+                if old.phase() == Phase::Draining {
+                    self.released_held_draining(reservation.index(), old);
                 } else {
-                    self.released_held_edge(reservation.index(), old);
+                    // The slot has more room now: its bit must be set (rule 1). A release
+                    // from full sets it; one below full usually finds it set (one load), but
+                    // the release that took the slot from full may not have set it yet
+                    // (preempted between its RMW and its hint), and without this the room we
+                    // add stays hidden until it does.
+                    self.set_base_room_hint(reservation.index());
                 }
                 return;
             }
@@ -944,21 +945,8 @@ impl<T> SlotTable<T> {
         debug_assert!(released, "release_held of a unit not held: {reservation:?}");
     }
 
-    /// The rest of [`SlotTable::release_held`] on slot `local` of the first segment, whose
-    /// word was `old` before the release: publish the room of a slot that was full (at a
-    /// queue depth of 1, every release: one load finds the bit still set), or retire a
-    /// Draining slot whose last unit this was.
-    #[inline(never)]
-    fn released_held_edge(&self, local: usize, old: SlotWord) {
-        if old.phase() == Phase::Draining {
-            self.released_held_draining(local, old);
-        } else {
-            // Full → not full (rule 1).
-            self.set_hint(&self.base.room, local);
-        }
-    }
-
     #[cold]
+    #[inline(never)]
     fn released_held_draining(&self, local: usize, old: SlotWord) {
         if old.load() != 1 {
             return;
