@@ -840,8 +840,10 @@ impl<T> ExclusiveSlots<T> {
         if let Some(cursor) = &self.cursor {
             return self.attempt_rotating(cursor);
         }
-        if let Some(reservation) = self.table.reserve_fast() {
-            match self.admit(reservation, true) {
+        if let Some((reservation, slot)) = self.table.reserve_fast_at() {
+            // SAFETY: the fast path joins `slot` (it never claims).
+            let taken = unsafe { Self::take_idle(slot.data(), true) };
+            match self.admitted(Lease { reservation }, taken) {
                 Some(checkout) => return Some(checkout),
                 None => return self.attempt_slow(Some(reservation.index())),
             }
@@ -1092,42 +1094,59 @@ impl<T> ExclusiveSlots<T> {
         }
         let taken = self
             .table
-            .with_slot(reservation.index(), |slot| {
-                let cell = slot.data();
-                // Our join (a SeqCst RMW on the slot word) before this load: Dekker with the
-                // reaper's steps 1 and 2.
-                dekker_fence();
-                let mut current = cell.idle_word();
-                loop {
-                    match current.state() {
-                        IdleState::Idle => break,
-                        IdleState::Reaping => {
-                            // A reaper is between its steps; abort its reap. Exactly one of
-                            // this CAS and its step 3 succeeds.
-                            match cell.idle.compare_exchange(
-                                current.0,
-                                current.restored().0,
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            ) {
-                                Ok(_) => break,
-                                // The reaper finished (Empty: it won; Idle: it backed off).
-                                Err(actual) => current = IdleWord(actual),
-                            }
-                        }
-                        // A reaper won this value: the slot is about to be drained.
-                        IdleState::Empty => return None,
-                    }
-                }
-                if count {
-                    cell.count_checkout();
-                }
-                // SAFETY: we hold the slot's unit and the idle word said Idle after our join
-                // (or we won Reaping → Idle): no reaper can take the value any more, and no
-                // other holder exists.
-                Some(unsafe { cell.take() })
+            // SAFETY: the reservation is a join of this slot (not a claim: checked above).
+            .with_slot(reservation.index(), |slot| unsafe {
+                Self::take_idle(slot.data(), count)
             })
             .flatten();
+        self.admitted(lease, taken)
+    }
+
+    /// The value of a joined slot, checked against the reaper: `None` if a reaper won it
+    /// (Empty), `Some(None)` for an Idle word over an empty cell, which the INVARIANT rules
+    /// out. Counts a checkout if `count`.
+    ///
+    /// # Safety
+    /// The caller has just joined the cell's slot (it holds a unit of its load, not a claim).
+    #[inline(always)]
+    unsafe fn take_idle(cell: &ExclusiveCell<T>, count: bool) -> Option<Option<T>> {
+        // Our join (a SeqCst RMW on the slot word) before this load: Dekker with the reaper's
+        // steps 1 and 2.
+        dekker_fence();
+        let mut current = cell.idle_word();
+        loop {
+            match current.state() {
+                IdleState::Idle => break,
+                IdleState::Reaping => {
+                    // A reaper is between its steps; abort its reap. Exactly one of this CAS
+                    // and its step 3 succeeds.
+                    match cell.idle.compare_exchange(
+                        current.0,
+                        current.restored().0,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(_) => break,
+                        // The reaper finished (Empty: it won; Idle: it backed off).
+                        Err(actual) => current = IdleWord(actual),
+                    }
+                }
+                // A reaper won this value: the slot is about to be drained.
+                IdleState::Empty => return None,
+            }
+        }
+        if count {
+            cell.count_checkout();
+        }
+        // SAFETY: the caller holds the slot's unit and the idle word said Idle after its join
+        // (or we won Reaping → Idle): no reaper can take the value any more, and no other
+        // holder exists.
+        Some(unsafe { cell.take() })
+    }
+
+    /// What [`ExclusiveSlots::admit`] makes of what [`ExclusiveSlots::take_idle`] found.
+    #[inline(always)]
+    fn admitted(&self, lease: Lease, taken: Option<Option<T>>) -> Option<Checkout<T>> {
         match taken {
             Some(Some(value)) => {
                 trace_transition!("exclusive: reuse {}", lease.index());

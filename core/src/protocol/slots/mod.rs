@@ -358,6 +358,13 @@ impl<T> SlotTable<T> {
     /// fails otherwise).
     #[inline(always)]
     pub(crate) fn reserve_fast(&self) -> Option<Reservation> {
+        self.reserve_fast_at().map(|(reservation, _)| reservation)
+    }
+
+    /// [`SlotTable::reserve_fast`], with the joined slot: for an owner that reads the slot's
+    /// data next, so that it does not look the slot up again.
+    #[inline(always)]
+    pub(crate) fn reserve_fast_at(&self) -> Option<(Reservation, &Slot<T>)> {
         if self.gate.is_closed() {
             return None;
         }
@@ -373,7 +380,7 @@ impl<T> SlotTable<T> {
         let next = self.join_word(slot).ok()?;
         trace_transition!("slots: fast join {} -> {:?}", local, next);
         // No `joined`: a caller that never waited owes no waiter a turn (see `joined`).
-        Some(Reservation::new(local, next.generation(), false))
+        Some((Reservation::new(local, next.generation(), false), slot))
     }
 
     /// After a join on the full path raised a slot to `next`: if room remains, pass the turn
