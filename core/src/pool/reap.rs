@@ -39,6 +39,51 @@ pub(crate) fn spawn_reaper<S: Send + Sync + 'static>(
 }
 
 /// A duration in nanoseconds, saturating at `u64::MAX` (about 584 years).
+///
+/// In `u64` with saturation, which gives what the `u128` of `Duration::as_nanos` capped at
+/// `u64::MAX` would: for a duration made from `u64` nanoseconds (the difference of two quanta
+/// instants, on every return stamp), the compiler folds the seconds and the sub-second part
+/// back into those nanoseconds instead of multiplying in 128 bits.
+#[inline]
 pub(crate) fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `nanos` must equal: the exact count, capped at `u64::MAX`.
+    fn capped(duration: Duration) -> u64 {
+        u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    #[test]
+    fn nanos_is_the_exact_count_capped_at_u64_max() {
+        let max_secs = u64::MAX / 1_000_000_000;
+        let cases = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_nanos(999_999_999),
+            Duration::from_secs(1),
+            Duration::new(3, 7),
+            Duration::from_nanos(u64::MAX - 1),
+            Duration::from_nanos(u64::MAX),
+            Duration::from_nanos(u64::MAX) + Duration::from_nanos(1),
+            // The seconds fit after the multiplication; the sub-second part tips the sum over.
+            Duration::new(max_secs, 999_999_999),
+            // The multiplication itself overflows.
+            Duration::from_secs(max_secs + 1),
+            Duration::MAX,
+        ];
+        for duration in cases {
+            assert_eq!(nanos(duration), capped(duration), "{duration:?}");
+        }
+        assert_eq!(nanos(Duration::from_nanos(u64::MAX)), u64::MAX);
+        assert_eq!(nanos(Duration::MAX), u64::MAX);
+        assert_eq!(nanos(Duration::new(3, 7)), 3_000_000_007);
+    }
 }
