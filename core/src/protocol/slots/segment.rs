@@ -458,6 +458,43 @@ mod tests {
         assert_eq!(table.stats().slots, capacity);
     }
 
+    /// The inlined fast path joins the lowest Ready slot with room and hands back that very
+    /// slot; it never claims an Empty slot or joins a full one, leaving those to the full
+    /// path. (Returning `None` always would be correct but slow, as every caller then takes
+    /// the full path: this pins that it does not.)
+    #[test]
+    fn the_fast_path_joins_the_lowest_ready_slot_with_room() {
+        let table = SlotTable::<()>::new(Capacity::Bounded(4), 2).unwrap();
+        assert!(
+            table.reserve_fast().is_none(),
+            "no Ready slot: nothing to join"
+        );
+        let claim = table.try_reserve().unwrap();
+        assert!(claim.claimed());
+        assert!(table.mark_ready(claim.index(), claim.generation()));
+        let (joined, slot) = table.reserve_fast_at().expect("room on a Ready slot");
+        assert_eq!((joined.index(), joined.claimed()), (claim.index(), false));
+        assert_eq!(slot.word().load(), 2, "the join is on the slot handed back");
+        assert_eq!(
+            table.with_slot(claim.index(), |s| std::ptr::eq(s, slot)),
+            Some(true)
+        );
+        assert!(
+            table.reserve_fast().is_none(),
+            "the slot is full at its depth of 2, and the fast path claims no Empty slot"
+        );
+        let second = table.try_reserve().unwrap();
+        assert!(second.claimed() && second.index() != claim.index());
+        assert!(table.mark_ready(second.index(), second.generation()));
+        assert!(table.release(joined));
+        // Both slots have room now: the lower one is joined.
+        let again = table.reserve_fast().expect("room again after a release");
+        assert_eq!((again.index(), again.claimed()), (claim.index(), false));
+        assert!(claim.index() < second.index());
+        assert_eq!(table.word(claim.index()).map(|w| w.load()), Some(2));
+        assert_eq!(table.word(second.index()).map(|w| w.load()), Some(1));
+    }
+
     /// A small bounded table is all in its first segment and never grows.
     #[test]
     fn a_small_bounded_table_is_allocated_whole() {
