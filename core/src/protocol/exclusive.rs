@@ -1256,11 +1256,7 @@ impl<T> ExclusiveSlots<T> {
         // Before the value is published (the idle word's `Release` store and the release RMW
         // that follow), so whoever reaches the value through either sees the flag set.
         settling.store(true, Ordering::Relaxed);
-        // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
-        // and nobody else may touch it until our release below.
-        unsafe { cell.put(value, stamp) };
-        trace_transition!("exclusive: check in {}", lease.index());
-        self.table.release_held(lease.reservation);
+        self.put_back_in(cell, lease, value, stamp);
         // Our release (SeqCst RMW) before these loads (see `check_in`).
         dekker_fence();
         if self.over_bound() {
@@ -1306,11 +1302,20 @@ impl<T> ExclusiveSlots<T> {
     /// slot to the oldest waiter, if any).
     #[inline]
     fn put_back(&self, lease: Lease, value: T, stamp: u64) {
-        self.table.with_slot(lease.index(), |slot| {
-            // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
-            // and nobody else may touch it until our release below.
-            unsafe { slot.data().put(value, stamp) };
-        });
+        let cell = self
+            .table
+            .with_slot(lease.index(), |slot| NonNull::from(slot.data()))
+            .expect("a lease's slot exists while it is held");
+        // SAFETY: slots never move or go before the table, which the caller's `&self` keeps.
+        self.put_back_in(unsafe { cell.as_ref() }, lease, value, stamp);
+    }
+
+    /// [`ExclusiveSlots::put_back`] into `cell`, the leased slot's (looked up by the caller).
+    #[inline]
+    fn put_back_in(&self, cell: &ExclusiveCell<T>, lease: Lease, value: T, stamp: u64) {
+        // SAFETY: we hold the slot's unit (the lease) and own the value: the cell is empty
+        // and nobody else may touch it until our release below.
+        unsafe { cell.put(value, stamp) };
         trace_transition!("exclusive: check in {}", lease.index());
         // A lease is a held unit (a reaper takes only slots at load 0): one `fetch_sub`.
         self.table.release_held(lease.reservation);

@@ -1467,9 +1467,9 @@ impl<M: Manager> Drop for Recycling<'_, '_, M> {
 #[cfg(all(test, not(slotpool_loom)))]
 mod tests {
     use std::convert::Infallible;
-    use std::sync::Mutex;
 
     use super::*;
+    use crate::sync::Mutex;
 
     /// An object that records, when dropped, how many references its pool's state still has.
     struct Probe {
@@ -1479,7 +1479,7 @@ mod tests {
 
     impl Drop for Probe {
         fn drop(&mut self) {
-            *self.seen.lock().unwrap() = Some(self.shared.strong_count());
+            *self.seen.lock() = Some(self.shared.strong_count());
         }
     }
 
@@ -1514,7 +1514,7 @@ mod tests {
         assert_eq!(Arc::strong_count(shared), before + 1);
         drop(entry);
         assert_eq!(
-            *seen.lock().unwrap(),
+            *seen.lock(),
             Some(before + 1),
             "the object was dropped while its entry still held the pool"
         );
