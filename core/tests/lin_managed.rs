@@ -593,7 +593,8 @@ impl Model {
     /// An idle object at a visited slot is retired while the bound counts more live units
     /// than the size (its slot Empty, perhaps still draining, its unit counted in `closing`
     /// until the trim has closed all it retired, at its end); at or under the size the walk
-    /// stops. A slot whose object went out since is passed over.
+    /// stops. A slot whose object went out since is passed over, even one no longer in the
+    /// table.
     fn trim_step(&self) -> Option<Self> {
         if !self.trimming {
             return None;
@@ -608,7 +609,9 @@ impl Model {
             return Some(next);
         };
         let top = seen.pop()?;
-        if matches!(self.slots[top], Slot::Idle { .. }) {
+        // A noted slot may be gone from the end of the table since (its object reaped and
+        // its slot dropped): that is a slot whose object went out, passed over.
+        if matches!(self.at(top), Some(Slot::Idle { .. })) {
             if self.pool_live() > self.size {
                 next.set(top, Slot::Empty { fuzzy: true });
                 next.closing += 1;
@@ -1779,6 +1782,32 @@ fn the_model_reaps_by_stamp_and_shrinks_from_the_top() {
         !accepts(&shrink(1)),
         "a shrink retired the lowest idle object"
     );
+}
+
+/// The trim's walk passes over a slot it noted idle at its start that is gone from the
+/// table since: a reap pass took its object and the trailing Empty slots were dropped. (The
+/// model indexed the table with the noted slot and panicked on such a state, found by a
+/// recorded history with resizes.)
+#[test]
+fn the_model_trim_passes_over_a_noted_slot_gone_from_the_table() {
+    let mut model = Model::new(1);
+    model.set(
+        0,
+        Slot::Idle {
+            id: 0,
+            poisoned: false,
+            since: (0, 0),
+        },
+    );
+    model.trimming = true;
+    model.seen = Some(vec![0, 3]);
+    let next = model.trim_step().expect("the trim is under way");
+    assert_eq!(next.slots, model.slots, "nothing at slot 3 to retire");
+    assert_eq!(next.seen, Some(vec![0]), "slot 3 visited and passed over");
+    assert_eq!(next.closing, 0);
+    let last = next.trim_step().expect("slot 0 is still to visit");
+    assert_eq!(last.seen, Some(Vec::new()), "at the size, the walk stops");
+    assert_eq!(last.slots, model.slots, "the pool is at its size: slot 0 stays");
 }
 
 /// A shrink's trim pass claims its unit before it takes an idle object out: a `try_get`
