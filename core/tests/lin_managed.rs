@@ -1807,7 +1807,10 @@ fn the_model_trim_passes_over_a_noted_slot_gone_from_the_table() {
     assert_eq!(next.closing, 0);
     let last = next.trim_step().expect("slot 0 is still to visit");
     assert_eq!(last.seen, Some(Vec::new()), "at the size, the walk stops");
-    assert_eq!(last.slots, model.slots, "the pool is at its size: slot 0 stays");
+    assert_eq!(
+        last.slots, model.slots,
+        "the pool is at its size: slot 0 stays"
+    );
 }
 
 /// A shrink's trim pass claims its unit before it takes an idle object out: a `try_get`

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::{pin, Pin};
 use std::task::Poll;
 
+use super::key::Id;
 use super::{
     bump, close_contained, source, Connector, Counters, Live, LoopId, Outcome, SessionContext,
     SessionError, SessionRecord, SessionStore, Shared, Stage, StoreOp,
@@ -94,8 +95,8 @@ impl<C: Connector> Drop for Opened<'_, C> {
 
 impl<C: Connector, S> Lead<C, S> {
     /// The session key with its registry hash.
-    pub(super) fn hashed(&self) -> Hashed<'_, str> {
-        Hashed::new(&self.key, self.hash)
+    pub(super) fn hashed(&self) -> Hashed<'_, Id> {
+        Hashed::new(Id::new(&self.key), self.hash)
     }
 }
 

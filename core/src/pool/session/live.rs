@@ -131,6 +131,7 @@ impl<C: Connector> Live<C> {
 
     /// Whether the reader still runs and the connector says the connection is up. A panic of
     /// the connector's `is_alive` is counted and logged, and the connection taken for dead.
+    #[inline]
     pub(super) fn is_alive(&self) -> bool {
         if self.reader_done.load(Ordering::Acquire) {
             return false;
@@ -151,6 +152,7 @@ impl<C: Connector> Tenant for Live<C> {
         &self.stamp
     }
 
+    #[inline]
     fn is_alive(&self) -> bool {
         Live::is_alive(self)
     }

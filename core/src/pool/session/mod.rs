@@ -257,6 +257,7 @@ const MAX_SHARDS: usize = 64;
 mod builder;
 mod error;
 mod establish;
+mod key;
 mod live;
 mod store;
 
@@ -271,6 +272,7 @@ pub use crate::flight::KeyHashing;
 
 use error::source;
 use establish::{Drive, Lead};
+use key::{Id, Key};
 use live::Live;
 
 /// Opens, prepares, watches and closes daemon connections. Injectable, as R3's client factory
@@ -521,7 +523,7 @@ impl Counters {
 }
 
 type Outcome<C> = flight::Outcome<Live<C>, SessionError>;
-type SessionMap<C> = Directory<Arc<str>, Live<C>, SessionError>;
+type SessionMap<C> = Directory<Key, Live<C>, SessionError>;
 
 impl Refusal for SessionError {
     fn exhausted(capacity: usize) -> Self {
@@ -604,7 +606,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 let shared = &*self.shared;
                 let directory = &shared.directory;
                 // Hashed once for every registry call this acquire makes.
-                let key = directory.hashed(session);
+                let key = directory.hashed(Id::new(session));
                 match directory.lookup(key, || shared.now(), shared.max_idle_ns) {
                     Step::Ready(live) => ControlFlow::Break(Ok(Session { live })),
                     step => ControlFlow::Continue((key, step)),
@@ -620,7 +622,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         &self,
         session: &str,
         ctx: &SessionContext,
-        key: Hashed<'_, str>,
+        key: Hashed<'_, Id>,
         first: Step<Live<C>, SessionError>,
     ) -> Result<Session<C>, SessionError> {
         let shared = &*self.shared;
@@ -647,7 +649,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                     || {
                         let made: Arc<str> = Arc::from(session);
                         owned = Some(Arc::clone(&made));
-                        made
+                        Key(made)
                     },
                 );
             }
@@ -710,7 +712,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// ends the flight with the reason it cannot start.
     fn lead(
         &self,
-        key: Hashed<'_, str>,
+        key: Hashed<'_, Id>,
         owned: Arc<str>,
         ctx: &SessionContext,
         flight: Arc<Flight<Outcome<C>>>,
@@ -747,7 +749,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// waiters get [`SessionError::Released`]. Returns whether the session was there.
     pub fn release(&self, session: &str) -> bool {
         let directory = &self.shared.directory;
-        let found = directory.release(directory.hashed(session));
+        let found = directory.release(directory.hashed(Id::new(session)));
         if found {
             bump(&self.shared.counters.released);
         }

@@ -278,7 +278,7 @@ where
     }
 
     /// Checks a `Ready` value found for `key` (see the type's docs, *Lookup*).
-    #[inline]
+    #[inline(always)]
     fn check<Q>(&self, key: Hashed<'_, Q>, value: Lent<V>, now: u64, max_idle: u64) -> Step<V, E>
     where
         K: Borrow<Q>,

@@ -403,7 +403,7 @@ impl Hints {
     ///
     /// The first candidate is looked at inline: `publish` fills it whenever it is free, so it
     /// holds nearly every key's word. The second one is looked at out of line.
-    #[inline]
+    #[inline(always)]
     pub(super) fn take<K, V, Q>(&self, hash: u64, key: &Q) -> Taken<V>
     where
         K: Borrow<Q>,
