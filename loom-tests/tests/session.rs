@@ -28,8 +28,8 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use slotpool::flight::{
-    Batch, Directory, Entry, Flight, Hashed, Outcome as FlightOutcome, Refusal, Step, Tenant,
-    UseStamp,
+    Batch, Directory, Entry, Flight, Hashed, NotFresh, Outcome as FlightOutcome, Refusal, Step,
+    Tenant, UseStamp,
 };
 use slotpool::{Limit, OwnedPermit};
 use slotpool_loom_tests::model;
@@ -136,6 +136,18 @@ impl Pool {
     fn acquire_path(&self, key: u8, now: u64) -> (Outcome, Path) {
         let key = self.directory.hashed(&key);
         let mut path = Path::default();
+        // The hot path first, as the pool does: a lent, live, fresh value, or why not.
+        match self.directory.lookup_fresh(key, || now, MAX_IDLE) {
+            Ok(res) => return (Ok(res.into_arc()), path),
+            Err(NotFresh::NotLent) => {}
+            Err(NotFresh::Unusable { rebuilt }) => {
+                path.found_unusable = true;
+                if rebuilt {
+                    path.rebuilt = true;
+                    self.rebuilt.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
         loop {
             let mut step = self.directory.lookup(key, || now, MAX_IDLE);
             if let Step::Vacant = step {

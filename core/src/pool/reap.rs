@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use quanta::Clock;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
@@ -52,9 +53,77 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
         .saturating_add(u64::from(duration.subsec_nanos()))
 }
 
+/// The most ticks of `clock`'s raw count that scale to at most `ns` nanoseconds, or
+/// `u64::MAX` if every count below the point where scaling overflows does: a bound in
+/// nanoseconds as a bound on raw counts, so a hot path compares raw counts without scaling
+/// them. For a clock whose raw count is in nanoseconds (a mock, or the OS's monotonic clock)
+/// that is `ns` itself (`u64::MAX` within about four seconds of 584 years).
+///
+/// `clock.delta_as_nanos(0, ticks)` grows with `ticks` until the scaled count passes
+/// `u64::MAX` (then it truncates); the search stays below that point, found from the rate
+/// over a probe of 2^32 ticks. A binary search: a build or a reap pass calls this, not a hot
+/// path.
+pub(crate) fn ticks_within(clock: &Clock, ns: u64) -> u64 {
+    const PROBE: u64 = 1 << 32;
+    let scale = |ticks| clock.delta_as_nanos(0, ticks);
+    let per_probe = scale(PROBE);
+    // The scaled rate is under (per_probe + 1) / PROBE nanoseconds a tick, so no count below
+    // `top` scales past u64::MAX; under a nanosecond a tick, none at all.
+    let top = if per_probe < PROBE {
+        u64::MAX
+    } else {
+        u64::try_from((u128::from(PROBE) << 64) / (u128::from(per_probe) + 1)).unwrap_or(u64::MAX)
+    };
+    if scale(top) <= ns {
+        return u64::MAX;
+    }
+    // INVARIANT: scale(low) <= ns < scale(high).
+    let (mut low, mut high) = (0u64, top);
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        if scale(mid) <= ns {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    low
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On the machine's clock (the TSC where quanta calibrates one) and on a mock: the bound
+    /// is the last count within `ns`, and a huge `ns` leaves no bound.
+    #[test]
+    fn ticks_within_is_the_last_count_that_scales_within_the_bound() {
+        let real = Clock::new();
+        let (mock, _handle) = Clock::mock();
+        for clock in [&real, &mock] {
+            let scale = |ticks| clock.delta_as_nanos(0, ticks);
+            for ns in [
+                0,
+                1,
+                2,
+                999,
+                1_000_000,
+                600_000_000_000,
+                1 << 50,
+                u64::MAX / 4,
+            ] {
+                let ticks = ticks_within(clock, ns);
+                assert!(scale(ticks) <= ns, "{ns} ns: {ticks} ticks scale past it");
+                assert!(
+                    scale(ticks + 1) > ns,
+                    "{ns} ns: {} ticks fit too",
+                    ticks + 1
+                );
+            }
+            assert_eq!(ticks_within(clock, u64::MAX), u64::MAX);
+        }
+        assert_eq!(ticks_within(&mock, 600_000_000_000), 600_000_000_000);
+    }
 
     /// What `nanos` must equal: the exact count, capped at `u64::MAX`.
     fn capped(duration: Duration) -> u64 {

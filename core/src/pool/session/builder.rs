@@ -13,7 +13,7 @@ use super::{
 use crate::error::ConfigError;
 use crate::flight::{Batch, Directory, KeyHashing};
 use crate::limit::Limit;
-use crate::pool::reap::nanos as duration_ns;
+use crate::pool::reap::{nanos as duration_ns, ticks_within};
 use crate::pool::settings::{self, Names, Reap, Settings};
 use crate::sync::{Arc, Mutex};
 
@@ -142,7 +142,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
             directory: Directory::with_hashing(shards, limit, self.key_hashing),
             connector: Arc::new(self.connector),
             store: self.store,
-            max_idle_ns: duration_ns(self.settings.idle_timeout),
+            max_idle: ticks_within(&clock, duration_ns(self.settings.idle_timeout)),
             clock,
             base,
             base_raw,
@@ -154,7 +154,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
         let reaper = self
             .settings
             .start_reaper(runtime.as_ref(), &shared, |shared| {
-                shared.reap(shared.clock.now());
+                shared.reap(shared.now());
             })?;
         Ok(SessionPool { shared, reaper })
     }

@@ -230,11 +230,11 @@ use quanta::Clock;
 use tokio::task::AbortHandle;
 
 use crate::error::Reach;
-use crate::flight::{self, Batch, Directory, Flight, Hashed, Refusal, Step};
+use crate::flight::{self, Batch, Directory, Flight, Hashed, NotFresh, Refusal, Step};
 use crate::limit::OwnedPermit;
 use crate::panic::{catch, report, Panic};
 use crate::pool::first::FirstPoll;
-use crate::pool::reap::nanos as duration_ns;
+use crate::pool::reap::{nanos as duration_ns, ticks_within};
 use crate::pool::wait::{WaitClock, WaitTotal};
 use crate::sync::{Arc, Counter, Mutex, Weak};
 
@@ -550,11 +550,15 @@ struct Shared<C: Connector, S> {
     connector: Arc<C>,
     store: S,
     clock: Clock,
-    /// Stamps are nanoseconds since this instant.
+    /// The instant the stamps count from.
     base: quanta::Instant,
-    /// The clock's raw count at `base` (`Clock::raw`), for [`Shared::now`].
+    /// The clock's raw count at `base` (`Clock::raw`). Stamps are raw counts (ticks) since
+    /// it, so a hot acquire reads the clock without scaling ([`Shared::now`]).
     base_raw: u64,
-    max_idle_ns: u64,
+    /// `max_idle_time` in ticks: the last count that scales within it
+    /// ([`ticks_within`](crate::pool::reap::ticks_within)), so a stamp is stale exactly when
+    /// its idle time in nanoseconds passes `max_idle_time` (to a tick's rounding).
+    max_idle: u64,
     /// Target count of prewarmed connections.
     prewarm: usize,
     /// Prewarmed connections. INVARIANT: each is open and owned by no session.
@@ -607,32 +611,32 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 let directory = &shared.directory;
                 // Hashed once for every registry call this acquire makes.
                 let key = directory.hashed(Id::new(session));
-                match directory.lookup(key, || shared.now(), shared.max_idle_ns) {
-                    Step::Ready(live) => ControlFlow::Break(Ok(Session { live })),
-                    step => ControlFlow::Continue((key, step)),
+                match directory.lookup_fresh(key, || shared.now(), shared.max_idle) {
+                    Ok(live) => ControlFlow::Break(Ok(Session { live })),
+                    Err(not_fresh) => ControlFlow::Continue((key, not_fresh)),
                 }
             },
-            move |(key, step)| self.acquire_from(session, ctx, key, step),
+            move |(key, not_fresh)| self.acquire_from(session, ctx, key, not_fresh),
         )
     }
 
-    /// The rest of an acquire, from the first lookup's step (see [`FirstPoll`]): claims,
-    /// establishments, flights to join, and lookups again.
+    /// The rest of an acquire whose hinted lookup found no live, fresh session (see
+    /// [`FirstPoll`]; `not_fresh` says why): full lookups, claims, establishments and
+    /// flights to join.
     async fn acquire_from(
         &self,
         session: &str,
         ctx: &SessionContext,
         key: Hashed<'_, Id>,
-        first: Step<Live<C>, SessionError>,
+        not_fresh: NotFresh,
     ) -> Result<Session<C>, SessionError> {
         let shared = &*self.shared;
         let directory = &shared.directory;
-        let mut first = Some(first);
+        if not_fresh == (NotFresh::Unusable { rebuilt: true }) {
+            bump(&shared.counters.rebuilt);
+        }
         loop {
-            let mut step = match first.take() {
-                Some(step) => step,
-                None => directory.lookup(key, || shared.now(), shared.max_idle_ns),
-            };
+            let mut step = directory.lookup(key, || shared.now(), shared.max_idle);
             // The owned key a claim inserts, kept for the establishment too.
             let mut owned = None;
             if let Step::Vacant = step {
@@ -645,7 +649,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 step = directory.claim(
                     key,
                     || shared.now(),
-                    shared.max_idle_ns,
+                    shared.max_idle,
                     || {
                         let made: Arc<str> = Arc::from(session);
                         owned = Some(Arc::clone(&made));
@@ -786,7 +790,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     /// Retires every session idle past `max_idle_time` at `now` (from the pool's clock) and
     /// returns how many. The background reaper calls this; tests call it with a mock clock.
     pub fn reap(&self, now: quanta::Instant) -> usize {
-        self.shared.reap(now)
+        self.shared.reap(self.shared.ticks(now))
     }
 
     /// The pool's clock (to compute `now` for [`SessionPool::reap`]).
@@ -885,17 +889,21 @@ impl<C: Connector, S: SessionStore> fmt::Debug for SessionPool<C, S> {
 }
 
 impl<C: Connector, S> Shared<C, S> {
-    /// Nanoseconds from the base instant to `at`.
-    fn ns(&self, at: quanta::Instant) -> u64 {
-        duration_ns(at.saturating_duration_since(self.base))
+    /// Ticks from the base instant to `at`: the last count that scales within its
+    /// nanoseconds.
+    fn ticks(&self, at: quanta::Instant) -> u64 {
+        ticks_within(
+            &self.clock,
+            duration_ns(at.saturating_duration_since(self.base)),
+        )
     }
 
-    /// Nanoseconds from the base instant to now, on the pool's clock: its raw count less the
-    /// base's, scaled (what `ns(clock.now())` gives, within a nanosecond of rounding, for
-    /// fewer instructions on the hot acquire).
+    /// Ticks from the base instant to now: the clock's raw count less the base's, with no
+    /// scaling (what `ticks(clock.now())` gives, to a tick's rounding, for fewer instructions
+    /// on the hot acquire).
     #[inline]
     fn now(&self) -> u64 {
-        self.clock.delta_as_nanos(self.base_raw, self.clock.raw())
+        self.clock.raw().saturating_sub(self.base_raw)
     }
 
     /// Closes a connection that no session owns, containing a panic of the connector.
@@ -903,8 +911,9 @@ impl<C: Connector, S> Shared<C, S> {
         close_contained(&*self.connector, &self.counters, conn);
     }
 
-    fn reap(&self, now: quanta::Instant) -> usize {
-        let reaped = self.directory.reap(self.ns(now), self.max_idle_ns);
+    /// Retires the sessions idle past `max_idle_time` at `now`, in ticks.
+    fn reap(&self, now: u64) -> usize {
+        let reaped = self.directory.reap(now, self.max_idle);
         self.counters.reaped.add(reaped as u64);
         reaped
     }

@@ -60,6 +60,19 @@ pub trait Refusal: Clone {
 /// Most hint words a directory gives one registry shard (32 KiB of words).
 const MAX_HINTS: usize = 4096;
 
+/// Why [`Directory::lookup_fresh`] handed nothing out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotFresh {
+    /// No hint lends the key's value (none, a spent one, or no value): nothing was done.
+    NotLent,
+    /// The lent value was dead, stale or retired, and was dealt with as
+    /// [`Directory::lookup`]'s [`Step::Again`] says.
+    Unusable {
+        /// This call retired it for being dead (a rebuild, as `Step::Again` counts one).
+        rebuilt: bool,
+    },
+}
+
 /// What every caller of one flight receives.
 pub type Outcome<V, E> = Result<Arc<V>, E>;
 
@@ -238,6 +251,43 @@ where
             Some(Entry::Flying(flight)) => Step::Join(flight),
             None => Step::Vacant,
         }
+    }
+
+    /// The hot case of [`Directory::lookup`], in registers: the value the key's hint lends,
+    /// if it is alive and fresh (its stamp touched as `lookup` would). Otherwise why not
+    /// ([`NotFresh`]): a value the hint lent that is dead, stale or retired has been dealt
+    /// with as `lookup` deals with one (retired, if this call won, and removed); a key
+    /// without a lent value (no hint, or a spent one) is left as it was. Either way the
+    /// caller goes on with `lookup`. `now` is read only if a value is lent.
+    #[inline(always)]
+    pub fn lookup_fresh<Q>(
+        &self,
+        key: Hashed<'_, Q>,
+        now: impl FnOnce() -> u64,
+        max_idle: u64,
+    ) -> Result<Lent<V>, NotFresh>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Taken::Hit(lease) = self.registry.lend(key) else {
+            return Err(NotFresh::NotLent);
+        };
+        // Read through the lease itself: it is known to be one here.
+        let lent: &V = lease.value();
+        let alive = lent.is_alive();
+        let now = now();
+        let touch = lent.stamp().touch(now, max_idle);
+        if alive && touch == Touch::Fresh {
+            return Ok(Lent::Leased(lease));
+        }
+        Err(NotFresh::Unusable {
+            rebuilt: match self.unusable(key, Lent::Leased(lease), alive, touch, now, max_idle) {
+                Step::Again { rebuilt } => rebuilt,
+                // (`unusable` hands out only what `check` would have: not reached.)
+                _ => false,
+            },
+        })
     }
 
     /// The step after a [`Step::Vacant`] lookup: what the key holds now, or a new flight led by

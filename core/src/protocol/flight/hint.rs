@@ -223,7 +223,8 @@ unsafe impl<V: Send + Sync> Send for LeaseRef<V> {}
 unsafe impl<V: Send + Sync> Sync for LeaseRef<V> {}
 
 impl<V> LeaseRef<V> {
-    fn value(&self) -> &V {
+    #[inline]
+    pub(super) fn value(&self) -> &V {
         // SAFETY: this handle owns a reference, so the lease is alive.
         let lease = unsafe { self.head.as_ref() };
         lease.assert_alive();

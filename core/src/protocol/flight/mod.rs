@@ -96,7 +96,7 @@ mod hint;
 mod stamp;
 
 pub use batch::Batch;
-pub use directory::{retire, retire_if_idle, Directory, Outcome, Refusal, Step, Tenant};
+pub use directory::{retire, retire_if_idle, Directory, NotFresh, Outcome, Refusal, Step, Tenant};
 pub use hint::{LeaseRef, Lent};
 pub use stamp::{Touch, UseStamp, TOUCH_SLACK};
 
