@@ -613,10 +613,11 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
                 let key = directory.hashed(Id::new(session));
                 match directory.lookup_fresh(key, || shared.now(), shared.max_idle) {
                     Ok(live) => ControlFlow::Break(Ok(Session { live })),
-                    Err(not_fresh) => ControlFlow::Continue((key, not_fresh)),
+                    // Hashed again on the general path: nothing kept across the hot one.
+                    Err(not_fresh) => ControlFlow::Continue(not_fresh),
                 }
             },
-            move |(key, not_fresh)| self.acquire_from(session, ctx, key, not_fresh),
+            move |not_fresh| self.acquire_from(session, ctx, not_fresh),
         )
     }
 
@@ -627,11 +628,11 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         &self,
         session: &str,
         ctx: &SessionContext,
-        key: Hashed<'_, Id>,
         not_fresh: NotFresh,
     ) -> Result<Session<C>, SessionError> {
         let shared = &*self.shared;
         let directory = &shared.directory;
+        let key = directory.hashed(Id::new(session));
         if not_fresh == (NotFresh::Unusable { rebuilt: true }) {
             bump(&shared.counters.rebuilt);
         }

@@ -320,6 +320,8 @@ struct Shard<K, V, T> {
 pub struct Registry<K, V, T> {
     /// INVARIANT: `shards.len()` is a power of two.
     shards: Box<[CachePadded<Shard<K, V, T>>]>,
+    /// `shards.len() - 1`. INVARIANT: never changes (nor does `shards.len()`).
+    shard_mask: usize,
     /// Hashes keys, once per operation (seeded for this registry).
     hasher: Hasher,
     /// Set once by [`Registry::close`] (before it drains any shard). Read under a shard's
@@ -377,6 +379,7 @@ where
             .collect();
         Self {
             shards,
+            shard_mask: count - 1,
             hasher: Hasher::new(hashing),
             closed: AtomicBool::new(false),
         }
@@ -413,8 +416,11 @@ where
         // The mask keeps the index in range because the length is a power of two. The high
         // half picks the shard; the table uses the low bits (bucket) and the top seven (tag),
         // so the shard choice does not thin out either.
-        let index = (key.hash.0 >> 32) as usize & (self.shards.len() - 1);
-        &self.shards[index]
+        let index = (key.hash.0 >> 32) as usize & self.shard_mask;
+        debug_assert!(index < self.shards.len());
+        // SAFETY: `index <= shard_mask = shards.len() - 1` (the fields' invariants), so it is
+        // in bounds. Unchecked, as this is every lookup's first step and the bound is known.
+        unsafe { self.shards.get_unchecked(index) }
     }
 
     /// `key`'s finished value through its hint, without the lock: a prepaid reference to it,

@@ -75,7 +75,6 @@ impl UseStamp {
     /// this use; and an unconditional `retire` wins over a touch anyway.
     #[inline]
     pub fn touch(&self, now: u64, max_idle: u64) -> Touch {
-        let now = now.min(RETIRED - 1);
         let slack = max_idle / TOUCH_SLACK;
         let mut seen = self.word.load(Ordering::Acquire);
         loop {
@@ -91,9 +90,11 @@ impl UseStamp {
                 // Someone stamped this instant (or later) already: nothing to write.
                 return Touch::Fresh;
             }
+            // Never `RETIRED` itself (a time of 584 years, one nanosecond or tick short).
+            let stamp = now.min(RETIRED - 1);
             match self
                 .word
-                .compare_exchange_weak(seen, now, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(seen, stamp, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return Touch::Fresh,
                 // Another toucher refreshed it, or a retirer won: decide again on its value.
@@ -155,5 +156,28 @@ impl fmt::Debug for UseStamp {
             Some(at) => f.debug_tuple("UseStamp").field(&at).finish(),
             None => f.write_str("UseStamp(retired)"),
         }
+    }
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::*;
+
+    /// A touch at the last representable time writes one short of `RETIRED`: the value stays
+    /// usable (and retirable once, by its retirer), never retired by a touch.
+    #[test]
+    fn a_touch_at_the_end_of_time_never_writes_retired() {
+        let stamp = UseStamp::new(0);
+        assert_eq!(stamp.touch(u64::MAX, u64::MAX), Touch::Fresh);
+        assert_eq!(stamp.last_used(), Some(u64::MAX - 1));
+        assert!(!stamp.is_retired());
+        assert_eq!(
+            stamp.touch(u64::MAX, u64::MAX),
+            Touch::Fresh,
+            "fresh, no write"
+        );
+        assert_eq!(stamp.last_used(), Some(u64::MAX - 1));
+        assert!(stamp.retire(), "its retirer still wins once");
+        assert_eq!(stamp.touch(u64::MAX, u64::MAX), Touch::Retired);
     }
 }
