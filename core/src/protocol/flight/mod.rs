@@ -159,7 +159,10 @@ impl Hasher {
         Hasher::Fixed(foldhash::fast::FixedState::with_seed(0), hashing)
     }
 
-    #[inline]
+    /// Inline always for [`KeyHashing::Fast`] (a few instructions, on every hot lookup: left
+    /// to the inliner, it became a call once the general path hashed too), through
+    /// [`Hasher::hash_one_other`] otherwise.
+    #[inline(always)]
     fn hash_one<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         match self {
             // What `hash_one` does, spelled out so that foldhash's inline parts inline here
@@ -169,6 +172,15 @@ impl Hasher {
                 key.hash(&mut hasher);
                 std::hash::Hasher::finish(&hasher)
             }
+            other => other.hash_one_other(key),
+        }
+    }
+
+    /// [`Hasher::hash_one`] for the hashers that are not [`Hasher::Fast`].
+    #[inline(never)]
+    fn hash_one_other<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        match self {
+            Hasher::Fast(state) => state.hash_one(key),
             Hasher::SipHash(state) => state.hash_one(key),
             #[cfg(slotpool_loom)]
             Hasher::Fixed(state, _) => state.hash_one(key),
