@@ -146,6 +146,9 @@ impl<V: fmt::Debug, E> fmt::Debug for Step<V, E> {
 ///   the stamp frees the value, so of two callers that both found it stale, exactly one frees
 ///   it and counts a rebuild. A retired value is then removed from the map **by identity**
 ///   (never a successor installed meanwhile), and the caller looks again.
+///   [`Directory::lookup_fresh`] is the first part alone, the hint's answer checked the same
+///   way, with a small result for a hot path to return in registers; its caller goes on with
+///   `lookup` when it hands nothing out.
 /// * **Claim** ([`Directory::claim`]): under the shard's write lock, find the key (checked as
 ///   above) or become the leader of a new flight. The leader takes a permit without waiting;
 ///   none left abandons the flight and completes it with [`Refusal::exhausted`], so the

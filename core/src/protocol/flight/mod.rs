@@ -845,6 +845,32 @@ mod tests {
         registry.hashed(key).hash()
     }
 
+    /// Every key's shard is one of the registry's (the index is masked, then read unchecked),
+    /// and the keys spread over all of them, whatever the shard count asked for.
+    #[test]
+    fn every_key_picks_one_of_the_registrys_shards_and_all_are_used() {
+        for asked in [1, 2, 3, 8, 64] {
+            let registry = Map::with_hashing(asked, KeyHashing::Fast);
+            let range = registry.shards.as_ptr_range();
+            let mut used = std::collections::HashSet::new();
+            for i in 0..4000 {
+                let key = format!("session-{i}");
+                let shard: *const Shard<String, u32, ()> = registry.shard(registry.hashed(&*key));
+                let padded = shard.cast::<CachePadded<Shard<String, u32, ()>>>();
+                assert!(
+                    range.contains(&padded),
+                    "{asked} shards asked: key {i} outside"
+                );
+                used.insert(padded);
+            }
+            assert_eq!(
+                used.len(),
+                asked.next_power_of_two(),
+                "{asked} shards asked"
+            );
+        }
+    }
+
     /// Either hashing is a function of the key within a registry, tells keys apart, and is
     /// seeded afresh for each registry (so ids aimed at one pool do not collide in another).
     #[test]
