@@ -123,6 +123,12 @@ mod tests {
             assert_eq!(ticks_within(clock, u64::MAX), u64::MAX);
         }
         assert_eq!(ticks_within(&mock, 600_000_000_000), 600_000_000_000);
+        // A clock whose count is nanoseconds scales by exactly one, which the probe cannot
+        // tell from a rate a hair above one that would overflow at the top: the search
+        // stops short of the last four seconds or so, and a bound within them is no bound.
+        let short_of_the_end = u64::MAX - (1 << 33);
+        assert_eq!(ticks_within(&mock, short_of_the_end), short_of_the_end);
+        assert_eq!(ticks_within(&mock, u64::MAX - 1), u64::MAX);
     }
 
     /// What `nanos` must equal: the exact count, capped at `u64::MAX`.
