@@ -916,6 +916,11 @@ async fn panicking_store_calls_are_contained() {
 async fn a_panicking_is_alive_counts_as_dead() {
     let (pool, counts, _time) = pool(2);
     let old = pool.acquire("s", &ctx()).await.unwrap();
+    assert_eq!(
+        pool.stats().rebuilt,
+        0,
+        "a first establishment is no rebuild"
+    );
     counts.panic_is_alive.store(1, Ordering::SeqCst);
     let new = pool.acquire("s", &ctx()).await.unwrap();
     assert!(!new.same_connection(&old), "rebuilt");
