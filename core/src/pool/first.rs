@@ -64,3 +64,109 @@ where
         }
     }
 }
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use std::cell::Cell;
+    use std::future::poll_fn;
+    use std::rc::Rc;
+    use std::task::Waker;
+
+    use super::*;
+
+    /// Counts its drops.
+    struct Dropped(Rc<Cell<usize>>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    /// [`FirstPoll::new`] with the bounds its `poll` needs, so the general path's type is
+    /// known even for a future never polled.
+    fn first_poll<T, G, S, R, O>(try_first: T, start: G) -> FirstPoll<T, G, S>
+    where
+        T: FnOnce() -> ControlFlow<O, R>,
+        G: FnOnce(R) -> S,
+        S: Future<Output = O>,
+    {
+        FirstPoll::new(try_first, start)
+    }
+
+    fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_try_that_breaks_resolves_at_the_first_poll_and_starts_nothing() {
+        let started = Cell::new(false);
+        let mut future = std::pin::pin!(FirstPoll::new(
+            || ControlFlow::<u32, ()>::Break(7),
+            |()| {
+                started.set(true);
+                async { 0 }
+            },
+        ));
+        assert_eq!(poll_once(future.as_mut()), Poll::Ready(7));
+        assert!(!started.get());
+    }
+
+    #[test]
+    fn a_try_that_continues_starts_the_general_path_from_what_it_found() {
+        let mut pending = true;
+        let mut future = std::pin::pin!(FirstPoll::new(
+            || ControlFlow::<u32, u32>::Continue(5),
+            |found| poll_fn(move |_| {
+                if std::mem::take(&mut pending) {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(found * 2)
+                }
+            }),
+        ));
+        assert_eq!(poll_once(future.as_mut()), Poll::Pending);
+        assert_eq!(poll_once(future.as_mut()), Poll::Ready(10));
+    }
+
+    #[test]
+    fn the_general_path_is_dropped_once_with_the_future_and_never_if_not_started() {
+        let drops = Rc::new(Cell::new(0));
+        let held = Dropped(Rc::clone(&drops));
+        let future = first_poll(
+            || ControlFlow::<(), ()>::Continue(()),
+            move |()| async move {
+                let _held = &held;
+                std::future::pending::<()>().await
+            },
+        );
+        drop(future);
+        // Never started: the closure (and what it holds) is dropped, once.
+        assert_eq!(drops.get(), 1);
+
+        let drops = Rc::new(Cell::new(0));
+        let held = Dropped(Rc::clone(&drops));
+        let mut future = Box::pin(FirstPoll::new(
+            || ControlFlow::<(), ()>::Continue(()),
+            move |()| async move {
+                let _held = &held;
+                std::future::pending::<()>().await
+            },
+        ));
+        assert_eq!(poll_once(future.as_mut()), Poll::Pending);
+        assert_eq!(drops.get(), 0);
+        drop(future);
+        assert_eq!(drops.get(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "polled after it resolved")]
+    fn a_poll_after_the_try_resolved_panics() {
+        let mut future = std::pin::pin!(FirstPoll::new(
+            || ControlFlow::<(), ()>::Break(()),
+            |()| async {},
+        ));
+        let _ = poll_once(future.as_mut());
+        let _ = poll_once(future.as_mut());
+    }
+}
