@@ -3,6 +3,7 @@
 //!
 //! ```sh
 //! cargo run --release -p slotpool-bench --example hot_path -- budgets      # the table
+//! cargo run --release -p slotpool-bench --example hot_path -- peers        # the peers' table
 //! cargo run --release -p slotpool-bench --example hot_path -- stream 100000
 //! valgrind --tool=callgrind --toggle-collect='hot_path::timed*' target/release/examples/hot_path stream 100000
 //! ```
@@ -39,7 +40,14 @@
 //! | `gate` | a wait on the gate and its notify: with the one permit of a `Limit` held, poll its `acquire()` (it queues), drop the held permit (which hands it to the waiter), poll again (ready) |
 //! | `client-168`, `managed-216` | `client` and `managed` with an object of 168 and 216 bytes (the gRPC bench's tonic client, a `managed::postgres::PgClient`) |
 //!
-//! and, for comparison only (not in the budgets): `reference`, `reference-depth1`,
+//! **Peers.** `peers [ROUNDS]` counts the rows of [`PEERS`] the same way: the floor,
+//! slotpool's `managed` and `client` rows, and beside them what they are timed against in
+//! `managed/uncontended` and `client/uncontended` (a bare tokio `Semaphore`, asyncband,
+//! deadpool, bb8). A timed ratio between two of them swings with the machine's load from run
+//! to run; these counts do not.
+//!
+//! and, for comparison only (not in the budgets): `semaphore` (a tokio `Semaphore` of 16
+//! permits: `acquire().await` and drop the permit), `reference`, `reference-depth1`,
 //! `reference-depth1-busy` (R1's stream pool), `client-deadpool`, `managed-deadpool`,
 //! `managed-bb8` and `managed-asyncband` (the peers of `managed/uncontended`),
 //! `keyed-reference` (R2's design); `saturated-stream` and `saturated-reference` run
@@ -100,12 +108,34 @@ const BUDGETS: &[(&str, &str)] = &[
     ("gate", "gate wait + notify: queue, hand over, resolve"),
 ];
 
+/// The peers of the object rows, counted as the budgets are (`peers [ROUNDS]`): the floor
+/// first, slotpool's managed row, then the bound and the pools it is timed beside in
+/// `managed/uncontended` (and deadpool's unmanaged pool, `client/uncontended`'s peer). Not
+/// budgets: what each design costs per checkout and return, with no clock in it.
+const PEERS: &[(&str, &str)] = &[
+    ("floor", "CAS below a limit + `fetch_sub`"),
+    ("managed", "slotpool managed `get().await` + drop"),
+    (
+        "semaphore",
+        "tokio `Semaphore::acquire().await` + drop (the bound)",
+    ),
+    ("managed-asyncband", "asyncband bounded pool `get` + drop"),
+    ("managed-deadpool", "deadpool managed `get` + drop"),
+    ("managed-bb8", "bb8 `get` + drop"),
+    ("client", "slotpool client checkout + return"),
+    ("client-deadpool", "deadpool unmanaged `get` + drop"),
+];
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let which = args.next().unwrap_or_else(|| "stream".into());
-    if which == "budgets" {
+    if which == "budgets" || which == "peers" {
         let rounds = args.next().map_or(10_000, |n| n.parse().expect("rounds"));
-        budgets(rounds);
+        let (title, rows) = match which.as_str() {
+            "budgets" => ("hot-path budgets", BUDGETS),
+            _ => ("peers of the object rows", PEERS),
+        };
+        table(title, rows, rounds);
         return;
     }
     let rounds: u64 = args.next().map_or(100_000, |n| n.parse().expect("rounds"));
@@ -254,6 +284,10 @@ fn run(which: &str, rounds: u64) {
             let pool = client_cases::bb8(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
         }
+        "semaphore" => {
+            let semaphore = client_cases::tokio_semaphore();
+            timed(|| rt.block_on(client_cases::checkouts(&semaphore, rounds)));
+        }
         "managed-asyncband" => {
             let pool = managed::asyncband(&rt);
             timed(|| rt.block_on(client_cases::checkouts(&pool, rounds)));
@@ -330,8 +364,9 @@ struct Cost {
 /// The locked instructions of each object met so far, by its path (`None`: unreadable).
 type LockedSites = HashMap<String, Option<HashSet<u64>>>;
 
-/// Prints the budgets table: every path of [`BUDGETS`] at `rounds` and `2 × rounds`.
-fn budgets(rounds: u64) {
+/// Prints a table of `rows` (the budgets, or the peers): every path at `rounds` and
+/// `2 × rounds`.
+fn table(title: &str, rows: &[(&str, &str)], rounds: u64) {
     let exe = std::env::current_exe().expect("the path of this binary");
     let mut sites = LockedSites::new();
     assert!(
@@ -340,7 +375,7 @@ fn budgets(rounds: u64) {
         exe.display()
     );
     println!(
-        "hot-path budgets: callgrind, per operation, ({rounds} → {} rounds) / {rounds}; \
+        "{title}: callgrind, per operation, ({rounds} → {} rounds) / {rounds}; \
          floor = one CAS below a limit + one fetch_sub",
         2 * rounds
     );
@@ -350,7 +385,7 @@ fn budgets(rounds: u64) {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let mut floor = None;
-    for &(mode, op) in BUDGETS {
+    for &(mode, op) in rows {
         let once = measure(&exe, &mut sites, mode, rounds);
         let twice = measure(&exe, &mut sites, mode, 2 * rounds);
         let per_op =
