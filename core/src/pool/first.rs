@@ -114,45 +114,52 @@ mod tests {
 
     #[test]
     fn a_try_that_continues_starts_the_general_path_from_what_it_found() {
+        let (tries, starts) = (Cell::new(0), Cell::new(0));
         let mut pending = true;
         let mut future = std::pin::pin!(FirstPoll::new(
-            || ControlFlow::<u32, u32>::Continue(5),
-            |found| poll_fn(move |_| {
-                if std::mem::take(&mut pending) {
-                    Poll::Pending
-                } else {
-                    Poll::Ready(found * 2)
-                }
-            }),
+            || {
+                tries.set(tries.get() + 1);
+                ControlFlow::<u32, u32>::Continue(5)
+            },
+            |found| {
+                starts.set(starts.get() + 1);
+                poll_fn(move |_| {
+                    if std::mem::take(&mut pending) {
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(found * 2)
+                    }
+                })
+            },
         ));
         assert_eq!(poll_once(future.as_mut()), Poll::Pending);
         assert_eq!(poll_once(future.as_mut()), Poll::Ready(10));
+        // The second poll went to the general path alone.
+        assert_eq!((tries.get(), starts.get()), (1, 1));
+    }
+
+    /// A first-poll future whose try continues into a general path that holds a `Dropped` on
+    /// `drops` and never ends.
+    fn never_ending(drops: &Rc<Cell<usize>>) -> impl Future<Output = ()> {
+        let held = Dropped(Rc::clone(drops));
+        first_poll(
+            || ControlFlow::<(), ()>::Continue(()),
+            move |()| async move {
+                let _held = &held;
+                std::future::pending::<()>().await
+            },
+        )
     }
 
     #[test]
     fn the_general_path_is_dropped_once_with_the_future_and_never_if_not_started() {
         let drops = Rc::new(Cell::new(0));
-        let held = Dropped(Rc::clone(&drops));
-        let future = first_poll(
-            || ControlFlow::<(), ()>::Continue(()),
-            move |()| async move {
-                let _held = &held;
-                std::future::pending::<()>().await
-            },
-        );
-        drop(future);
+        drop(never_ending(&drops));
         // Never started: the closure (and what it holds) is dropped, once.
         assert_eq!(drops.get(), 1);
 
         let drops = Rc::new(Cell::new(0));
-        let held = Dropped(Rc::clone(&drops));
-        let mut future = Box::pin(FirstPoll::new(
-            || ControlFlow::<(), ()>::Continue(()),
-            move |()| async move {
-                let _held = &held;
-                std::future::pending::<()>().await
-            },
-        ));
+        let mut future = Box::pin(never_ending(&drops));
         assert_eq!(poll_once(future.as_mut()), Poll::Pending);
         assert_eq!(drops.get(), 0);
         drop(future);
