@@ -27,7 +27,7 @@
 //! | `stream` | `StreamPool::acquire().await` and drop the guard (64 streams × depth 8, one open) |
 //! | `stream-try` | `try_acquire()` and drop, in a plain loop (also prints wall ns/round) |
 //! | `stream-async` | as `stream`, printing wall ns/round |
-//! | `stream-owned` | `acquire_owned().await` on an `Arc` pool and drop |
+//! | `stream-owned` | `acquire_owned().await` and drop (the future borrows the pool; the guard owns a handle on its state) |
 //! | `stream-scan` | as `stream` with 256 streams open and the lowest 240 full (`stream/256-streams-240-full`) |
 //! | `stream-depth1` | as `stream` at `max_queue_depth(1)` (`stream-depth1/uncontended`) |
 //! | `stream-depth1-busy` | `stream-depth1/256-streams-240-busy` |
@@ -173,12 +173,12 @@ fn run(which: &str, rounds: u64) {
             println!("{:.1} ns/op", elapsed.as_nanos() as f64 / rounds as f64);
         }
         "stream-owned" => {
-            let pool = Arc::new(slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH));
+            let pool = slotpool_pool(&rt, NoopConnector, STREAMS, DEPTH);
             prewarm_slotpool(&rt, &pool, 1, 1);
             timed(|| {
                 rt.block_on(async {
                     for _ in 0..rounds {
-                        let guard = Arc::clone(&pool).acquire_owned().await.expect("open");
+                        let guard = pool.acquire_owned().await.expect("open");
                         std::hint::black_box(&guard);
                     }
                 })

@@ -104,7 +104,7 @@ async fn stream_pool_acquire_and_release_allocate_nothing() {
             drop(pool.try_acquire().unwrap());
             drop(ready(pool.acquire(), "acquire").unwrap());
             drop(pool.try_acquire_owned().unwrap());
-            drop(ready(Arc::clone(&pool).acquire_owned(), "acquire_owned").unwrap());
+            drop(ready(pool.acquire_owned(), "acquire_owned").unwrap());
         }
     });
     assert_eq!(n, 0, "allocations on the stream acquire/release fast paths");

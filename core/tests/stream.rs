@@ -613,6 +613,28 @@ async fn owned_guards_move_into_spawned_tasks() {
     assert_eq!(err.reach(), Reach::NotSent, "{err:?}");
 }
 
+/// `acquire_owned` borrows the pool only for the wait: a pool that is not in an `Arc` hands
+/// out owned guards too, the guard's send runs in a spawned task after the borrow ended, and
+/// its room comes back when the send's response does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_guards_need_no_arc_around_the_pool() {
+    let (script, _) = Script::echo();
+    let pool = script.pool(1, 2);
+    let first = pool.acquire_owned().await.unwrap();
+    let second = pool.try_acquire_owned().unwrap();
+    assert_eq!(pool.stats().table.in_flight, 2);
+    assert!(
+        matches!(pool.try_acquire_owned(), Err(TryAcquireError::NoCapacity)),
+        "one stream of depth 2 holds two owned guards"
+    );
+    let sends = [first, second].map(|guard| tokio::spawn(guard.send(Req::new(5))));
+    for send in sends {
+        assert_eq!(send.await.unwrap().unwrap().body, 5);
+    }
+    assert_eq!(pool.stats().table.in_flight, 0);
+    assert!(pool.try_acquire_owned().is_ok());
+}
+
 /// Every send ends as exactly one of completed, failed or cancelled; a guard dropped unsent
 /// is none of them.
 #[tokio::test]

@@ -291,7 +291,7 @@ impl Fixture {
     /// Acquires, sends `body` and checks the answer, on a stream the pool has or opens (kept
     /// open if new).
     async fn round_trip(&mut self, body: u32) {
-        let guard = Arc::clone(&self.pool).acquire_owned().await.unwrap();
+        let guard = self.pool.acquire_owned().await.unwrap();
         self.answered(guard, body).await;
     }
 
@@ -317,7 +317,7 @@ impl Fixture {
         Peer,
     ) {
         self.books.mute.store(true, Ordering::SeqCst);
-        let guard = Arc::clone(&self.pool).acquire_owned().await.unwrap();
+        let guard = self.pool.acquire_owned().await.unwrap();
         let sent = tokio::spawn(guard.send(body));
         let mut peer = self.next_peer().await;
         assert_eq!(peer.swallowed.recv().await, Some(body), "on the wire");
@@ -334,7 +334,8 @@ impl Fixture {
         let live = self.books.live();
         let spin_ups = self.pool.stats().spin_ups;
         let tried = self.pool.try_acquire_owned();
-        let mut waiter: Waiter = Box::pin(Arc::clone(&self.pool).acquire_owned());
+        let pool = Arc::clone(&self.pool);
+        let mut waiter: Waiter = Box::pin(async move { pool.acquire_owned().await });
         assert!(
             poll_once(Pin::new(&mut waiter)).is_pending(),
             "an acquire found room beside the closing stream"
@@ -484,7 +485,7 @@ fn a_stream_that_timed_out_opening_counts_until_its_connect_is_dropped() {
     runtime().block_on(async {
         let (mut f, _open) = Fixture::new(1, 1);
         f.books.hang_connect.store(true, Ordering::SeqCst);
-        let starter = Arc::clone(&f.pool).acquire_owned().await.unwrap();
+        let starter = f.pool.acquire_owned().await.unwrap();
         let _connecting = f.next_peer().await;
         drop(starter);
         f.time.advance(HOUR);
@@ -538,8 +539,8 @@ fn a_reaped_stream_counts_until_its_halves_are_dropped() {
 fn a_dropped_pool_lets_go_of_every_stream() {
     runtime().block_on(async {
         let (mut f, _open) = Fixture::new(2, 1);
-        let a = Arc::clone(&f.pool).acquire_owned().await.unwrap();
-        let b = Arc::clone(&f.pool).acquire_owned().await.unwrap();
+        let a = f.pool.acquire_owned().await.unwrap();
+        let b = f.pool.acquire_owned().await.unwrap();
         assert_ne!(a.stream_index(), b.stream_index());
         f.answered(a, 1).await;
         f.answered(b, 2).await;

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -178,10 +179,12 @@ impl<C: StreamConnector> StreamGuard<'_, C> {
     }
 
     /// Moves the guard's room into an owned guard on the same pool.
-    pub(super) fn into_owned(mut self, shared: &Arc<Shared<C>>) -> OwnedStreamGuard<C> {
+    pub(super) fn into_owned(self, shared: &Arc<Shared<C>>) -> OwnedStreamGuard<C> {
+        // Not dropped: its room moves, and no drop of a guard is left on the owned path.
+        let this = ManuallyDrop::new(self);
         OwnedStreamGuard {
             shared: Arc::clone(shared),
-            reservation: self.reservation.take(),
+            reservation: this.reservation,
         }
     }
 }

@@ -5,9 +5,8 @@
 //! Many callers share a few bidirectional streams (a gRPC bidi call, say). Each stream carries
 //! up to `max_queue_depth` requests at once; the pool optionally bounds the number of streams.
 //! A caller never sees a stream: [`StreamPool::acquire`] returns a [`StreamGuard`] good for
-//! one request, and [`StreamGuard::send`] returns that request's response. A pool shared by
-//! spawned tasks sits in an `Arc` and hands out `'static` guards with
-//! [`StreamPool::acquire_owned`].
+//! one request, and [`StreamGuard::send`] returns that request's response. A guard that must
+//! move into a spawned task comes from [`StreamPool::acquire_owned`]: it is `'static`.
 //!
 //! # How
 //!
@@ -500,26 +499,29 @@ impl<C: StreamConnector> StreamPool<C> {
         }
     }
 
-    /// [`StreamPool::acquire`] for a pool in an `Arc`: the guard owns a handle on the pool's
-    /// shared state instead of borrowing the pool, so it is `'static` and can move into a
-    /// spawned task (as tokio's `Semaphore::acquire_owned`).
+    /// [`StreamPool::acquire`] returning a guard that owns a handle on the pool's shared
+    /// state instead of borrowing the pool, so it is `'static` and can move into a spawned
+    /// task. Only the guard is `'static`: the future borrows the pool, as
+    /// [`StreamPool::acquire`]'s does, so a caller holds no handle of its own for the wait (no
+    /// `Arc` clone per call; to spawn the wait itself, move an `Arc` of the pool into the task
+    /// and call this there).
     ///
     /// Cancel-safe: dropping the future before it resolves takes nothing (it has a single
     /// await, the acquire's).
     ///
     /// # Errors
     /// As [`StreamPool::acquire`].
-    pub async fn acquire_owned(self: Arc<Self>) -> Result<OwnedStreamGuard<C>, AcquireError> {
+    pub async fn acquire_owned(&self) -> Result<OwnedStreamGuard<C>, AcquireError> {
         let guard = self.acquire().await?;
         Ok(guard.into_owned(&self.shared))
     }
 
-    /// [`StreamPool::try_acquire`] for a pool in an `Arc`, returning an owned guard (see
+    /// [`StreamPool::try_acquire`] returning an owned guard (see
     /// [`StreamPool::acquire_owned`]).
     ///
     /// # Errors
     /// As [`StreamPool::try_acquire`].
-    pub fn try_acquire_owned(self: &Arc<Self>) -> Result<OwnedStreamGuard<C>, TryAcquireError> {
+    pub fn try_acquire_owned(&self) -> Result<OwnedStreamGuard<C>, TryAcquireError> {
         Ok(self.try_acquire()?.into_owned(&self.shared))
     }
 
