@@ -5,8 +5,9 @@
 //!
 //! A hit CASes the hint word's `taken` count up and owns one of the references its lease was
 //! set up with; a release, a retirement by the reaper and a close withdraw the word (swap it
-//! empty, give back the references it still owned), and a reader that finds a spent word
-//! (`taken == PREPAID`, two under loom) refills it under the write lock.
+//! empty, give back the references it still owned), a reader that finds a spent word
+//! (`taken == PREPAID`, two under loom) refills it under the write lock, and an install
+//! whose key's two words are both taken moves an occupant to the occupant's other word.
 //!
 //! Two canaries catch a reference counted wrong:
 //!
@@ -374,4 +375,67 @@ fn refill_of_a_spent_hint() {
     reach
         .explored(2)
         .reached_all(&["a hit on the word another reader refilled"]);
+}
+
+/// Three keys of a pool of `capacity` (one shard): `a` and `b` in different words, and `c`
+/// whose two words are `a`'s first and `b`'s first, with `a`'s second word free. Installing
+/// `a`, then `b`, then `c` moves `a` to its second word.
+fn colliding_keys(pool: &Pool) -> (u8, u8, u8) {
+    let words = |key: u8| {
+        pool.directory
+            .hint_words(pool.directory.hashed(&key))
+            .expect("the shard has hint words")
+    };
+    for c in 0..=u8::MAX {
+        let [c_first, c_second] = words(c);
+        for a in (0..=u8::MAX).filter(|&a| a != c) {
+            let [a_first, a_second] = words(a);
+            if a_first != c_first || a_second == c_second {
+                continue;
+            }
+            if let Some(b) = (0..=u8::MAX).find(|&b| b != a && b != c && words(b)[0] == c_second) {
+                return (a, b, c);
+            }
+        }
+    }
+    panic!("no three keys collide so");
+}
+
+/// An install that moves a hot key's lease to the key's other word, racing a hot read of that
+/// key: the reader hits the old word before the move, the new word after it, or misses both
+/// in between and finds the value under the lock; every way, it gets the one value, and the
+/// move's swap orders the reader's CAS before or after it, so the references the word owned
+/// are counted exactly (the canaries: no lease used after its free, freed twice or leaked).
+/// After the move all three keys are lent through words.
+#[test]
+fn a_move_racing_a_hit_on_the_moved_key() {
+    let reach = model(|reach| {
+        let pool = Pool::new(3);
+        let (a, b, c) = colliding_keys(&pool);
+        let first = pool.acquire(a, 0).unwrap();
+        drop(pool.acquire(b, 0).unwrap());
+        let reader = {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || pool.acquire(a, 1).unwrap())
+        };
+        // Installs `c`, moving `a`'s lease out of `c`'s first word.
+        drop(pool.acquire(c, 1).unwrap());
+        let read = reader.join().unwrap();
+        assert!(read.same(&first), "one value of `a` throughout");
+        if read.leased() {
+            reach.hit("the reader hit a word of `a`");
+        } else {
+            reach.hit("the reader missed the moving word and took the lock");
+        }
+        for key in [a, b, c] {
+            let held = pool.acquire(key, 1).unwrap();
+            assert!(held.leased(), "key {key} has a word after the move");
+        }
+        drop((first, read));
+        settle(pool);
+    });
+    reach.explored(2).reached_all(&[
+        "the reader hit a word of `a`",
+        "the reader missed the moving word and took the lock",
+    ]);
 }

@@ -229,6 +229,17 @@ where
         self.registry.hashed(key)
     }
 
+    /// Under loom: the two hint words `key` may sit in (see `Registry::hint_words`).
+    #[cfg(slotpool_loom)]
+    #[doc(hidden)]
+    pub fn hint_words<Q>(&self, key: Hashed<'_, Q>) -> Option<[usize; 2]>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.registry.hint_words(key)
+    }
+
     /// The first step of an acquire: a ready value, a flight to join, nothing, or a value that
     /// had to be retired. A value with a hint takes no lock; otherwise only the shard's read
     /// lock (and its write lock to refill a spent hint or to remove a retired value). `now`

@@ -48,9 +48,20 @@
 //! gives back the references it still owns, `PREPAID - taken + 1`, once the shard's lock is
 //! released (the last one frees the lease, which drops its value clone).
 //!
-//! Only writers, under the shard's write lock, move a word between empty and full; readers
-//! only ever raise `taken`. A writer may dereference a published word's lease because the word
-//! owns a reference to it.
+//! **Placing** a key takes the first of its candidates that is empty. When both are taken, a
+//! writer first **moves** an occupant (of the first candidate, else of the second) to the
+//! occupant's own other candidate if that one is empty, and takes the word it left: a key
+//! without a word would take the shard's read lock on every hit. A move is a refill whose
+//! last store goes to the other word: swap the word empty (`taken` final), add back the
+//! references readers took, publish `(lease, tag, 0)` in the other word. Between the swap
+//! and the store the occupant's readers miss both words and take the locked path; a reader
+//! holding a load of the old word fails its CAS, or wins a word set up since for another
+//! lease and finds its key does not match, as after a withdrawal. A lease records its key's
+//! hash for this.
+//!
+//! Only writers, under the shard's write lock, move a word between empty and full or a lease
+//! between words; readers only ever raise `taken`. A writer may dereference a published word's
+//! lease because the word owns a reference to it.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -167,6 +178,8 @@ impl<V> Head<V> {
 struct Lease<K, V> {
     head: Head<V>,
     key: K,
+    /// The key's hash, for a writer that moves the word to the key's other candidate.
+    hash: u64,
 }
 
 /// Frees a lease created as `Lease<K, V>`.
@@ -374,6 +387,12 @@ impl Hints {
         Some(([first, self.second(hash, first)], Self::tag(hash)))
     }
 
+    /// Under loom: the two candidate words of a hash, for a model to pick keys that collide.
+    #[cfg(slotpool_loom)]
+    pub(super) fn words_of(&self, hash: u64) -> Option<[usize; 2]> {
+        self.candidates(hash).map(|(words, _)| words)
+    }
+
     /// The first candidate word of a hash (`None`: this shard has no hints).
     #[inline(always)]
     fn first(&self, hash: u64) -> Option<usize> {
@@ -495,13 +514,19 @@ impl Hints {
         let Some((candidates, tag)) = self.candidates(hash) else {
             return;
         };
-        let Some(word) = candidates
-            .iter()
-            .map(|&index| &self.words[index])
-            .find(|word| Word(word.load(Ordering::Relaxed)).is_empty())
+        // A free candidate, the first if both are; else one an occupant moves out of.
+        let Some(index) = candidates
+            .into_iter()
+            .find(|&index| Word(self.words[index].load(Ordering::Relaxed)).is_empty())
+            .or_else(|| {
+                candidates
+                    .into_iter()
+                    .find(|&index| self.move_out::<K, V>(index))
+            })
         else {
             return;
         };
+        let word = &self.words[index];
         // Prepaid before the word is visible: a reader may take one the moment it is.
         let lease = Box::new(Lease {
             head: Head {
@@ -512,6 +537,7 @@ impl Hints {
                 freed: std::sync::atomic::AtomicBool::new(false),
             },
             key: key.clone(),
+            hash,
         });
         let head = NonNull::from(Box::leak(lease)).cast::<u8>();
         match Word::new(head, tag, 0) {
@@ -583,8 +609,42 @@ impl Hints {
         let Some(word) = self.find::<K, V, Q>(hash, key) else {
             return;
         };
-        // Empty first, so `taken` is final (readers meanwhile take the locked path).
-        let last = Word(word.swap(0, Ordering::AcqRel));
+        Self::republish::<V>(word, word);
+        trace_transition!("hint: refilled");
+    }
+
+    /// Moves the lease that word `index` names to its key's other candidate, if that word is
+    /// empty, so that another key can have this one (a key whose candidates are both taken
+    /// would otherwise have no word, and each of its hits would take the shard's read lock).
+    /// Returns whether the word is empty now. The caller holds the shard's write lock.
+    fn move_out<K, V>(&self, index: usize) -> bool {
+        let seen = Word(self.words[index].load(Ordering::Relaxed));
+        if seen.is_empty() {
+            return true;
+        }
+        // SAFETY: a published word owns a reference to its lease, only writers (this caller
+        // holds the write lock) unpublish one, and every lease of this shard's words was
+        // created as `Lease<K, V>` by `publish`.
+        let occupant = unsafe { (*seen.addr().cast::<Lease<K, V>>()).hash };
+        let Some(([first, second], _)) = self.candidates(occupant) else {
+            return false;
+        };
+        let other = if index == first { second } else { first };
+        if other == index || !Word(self.words[other].load(Ordering::Relaxed)).is_empty() {
+            return false;
+        }
+        Self::republish::<V>(&self.words[index], &self.words[other]);
+        trace_transition!("hint: moved {} -> {}", index, other);
+        true
+    }
+
+    /// Empties `from` and publishes its lease, prepaid again, in `to` (the same word for a
+    /// refill, the key's other candidate for a move). The caller holds the shard's write lock;
+    /// `from` is published and `to` is empty unless it is `from`.
+    fn republish<V>(from: &AtomicU64, to: &AtomicU64) {
+        // Empty first, so `taken` is final (readers meanwhile miss the key's words and take
+        // the locked path).
+        let last = Word(from.swap(0, Ordering::AcqRel));
         let head = last.addr().cast::<Head<V>>();
         // SAFETY: the word owned `PREPAID - taken + 1 >= 1` references, now this caller's.
         let lease = unsafe { &*head };
@@ -592,8 +652,8 @@ impl Hints {
         let refs = &lease.refs;
         // Prepaid again before the word is visible again.
         refs.fetch_add(last.taken() as usize, Ordering::Relaxed);
-        word.store(last.with_taken(0).0, Ordering::Release);
-        trace_transition!("hint: refilled after {} taken", last.taken());
+        to.store(last.with_taken(0).0, Ordering::Release);
+        trace_transition!("hint: republished after {} taken", last.taken());
     }
 }
 
@@ -731,6 +791,71 @@ mod tests {
         let c = hash(0, 3, 3);
         publish(&hints, c, "c", 3);
         assert_eq!(hit(take(&hints, c, "c")), Some(3));
+        withdraw_all(&hints);
+    }
+
+    #[test]
+    fn a_key_whose_words_are_both_taken_moves_an_occupant_to_its_other_word() {
+        let hints = Hints::new(4);
+        let (a, b) = (hash(0, 2, 1), hash(1, 3, 2));
+        publish(&hints, a, "a", 1);
+        publish(&hints, b, "b", 2);
+        // A hit on `a` before the move: the move gives back what readers took.
+        let before = take(&hints, a, "a");
+        assert_eq!(hit(take(&hints, a, "a")), Some(1));
+        // `c` has words 0 and 1, both taken: `a` (in its first) moves to its second, 2.
+        let c = hash(0, 1, 3);
+        publish(&hints, c, "c", 3);
+        assert_eq!(
+            hit(take(&hints, c, "c")),
+            Some(3),
+            "in word 0, `a`'s old word"
+        );
+        assert_eq!(
+            hit(take(&hints, a, "a")),
+            Some(1),
+            "through its second word"
+        );
+        assert_eq!(hit(take(&hints, b, "b")), Some(2), "not moved");
+        assert_eq!(
+            hit(before),
+            Some(1),
+            "a reference taken before the move still reads"
+        );
+        // `d` has words 0 and 1 too, but their occupants' other words are taken (`c`'s is 1,
+        // `b`'s is 3, empty: `b` moves).
+        let d = hash(0, 1, 4);
+        publish(&hints, d, "d", 4);
+        assert_eq!(
+            hit(take(&hints, d, "d")),
+            Some(4),
+            "in word 1, `b`'s old word"
+        );
+        assert_eq!(hit(take(&hints, b, "b")), Some(2), "through word 3");
+        // Now every word is taken and no occupant can move: `e` gets none.
+        let e = hash(0, 1, 5);
+        publish(&hints, e, "e", 5);
+        assert!(matches!(take(&hints, e, "e"), Taken::Miss));
+        for (key, hash, value) in [("a", a, 1), ("b", b, 2), ("c", c, 3), ("d", d, 4)] {
+            assert_eq!(hit(take(&hints, hash, key)), Some(value), "{key}");
+        }
+        withdraw_all(&hints);
+    }
+
+    #[test]
+    fn a_moved_word_is_prepaid_again() {
+        let hints = Hints::new(4);
+        let a = hash(0, 2, 1);
+        publish(&hints, a, "a", 1);
+        publish(&hints, hash(1, 3, 2), "b", 2);
+        // Spend part of `a`'s word, keeping the references.
+        let held: Vec<_> = (0..3).map(|_| take(&hints, a, "a")).collect();
+        publish(&hints, hash(0, 1, 3), "c", 3);
+        // The moved word lends a full `PREPAID` again (the three taken were added back).
+        let again: Vec<_> = (0..PREPAID).map(|_| hit(take(&hints, a, "a"))).collect();
+        assert!(again.iter().all(|&value| value == Some(1)));
+        assert!(matches!(take(&hints, a, "a"), Taken::Spent));
+        drop(held);
         withdraw_all(&hints);
     }
 

@@ -318,7 +318,7 @@ type Table<K, V, T> = HashTable<Slot<K, V, T>>;
 /// words in front of it (`hint.rs`), padded so shards never share a cache line.
 struct Shard<K, V, T> {
     /// The table. Its write lock also guards every change of a hint word between empty and
-    /// full.
+    /// full, and every move of a lease from one word to another.
     table: RwLock<Table<K, V, T>>,
     /// INVARIANT: a word names a lease for key `k` only while `table` holds `Ready(v)` for
     /// `k`, and the lease lends a clone of that `v` (set up at install, withdrawn whenever the
@@ -413,6 +413,18 @@ where
             key,
             hash: KeyHash(self.hasher.hash_one(key)),
         }
+    }
+
+    /// Under loom: the two hint words of its shard that `key` may sit in (`None`: the shard
+    /// has none), so that a model can pick keys whose words collide.
+    #[cfg(slotpool_loom)]
+    #[doc(hidden)]
+    pub fn hint_words<Q>(&self, key: Hashed<'_, Q>) -> Option<[usize; 2]>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shard(key).hints.words_of(key.hash.0)
     }
 
     #[inline]
