@@ -229,7 +229,8 @@ where
         self.registry.hashed(key)
     }
 
-    /// Under loom: the two hint words `key` may sit in (see `Registry::hint_words`).
+    /// Under loom: the two hint words of its shard that `key` may sit in (`None`: the shard
+    /// has none), so that a model can pick keys whose words collide.
     #[cfg(slotpool_loom)]
     #[doc(hidden)]
     pub fn hint_words<Q>(&self, key: Hashed<'_, Q>) -> Option<[usize; 2]>
@@ -237,7 +238,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.registry.hint_words(key)
+        self.registry.shard(key).hints.words_of(key.hash.0)
     }
 
     /// The first step of an acquire: a ready value, a flight to join, nothing, or a value that

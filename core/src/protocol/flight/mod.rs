@@ -415,18 +415,6 @@ where
         }
     }
 
-    /// Under loom: the two hint words of its shard that `key` may sit in (`None`: the shard
-    /// has none), so that a model can pick keys whose words collide.
-    #[cfg(slotpool_loom)]
-    #[doc(hidden)]
-    pub fn hint_words<Q>(&self, key: Hashed<'_, Q>) -> Option<[usize; 2]>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.shard(key).hints.words_of(key.hash.0)
-    }
-
     #[inline]
     fn shard<Q>(&self, key: Hashed<'_, Q>) -> &Shard<K, V, T>
     where
