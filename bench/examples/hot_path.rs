@@ -51,8 +51,10 @@
 //! `reference-depth1-busy` (R1's stream pool), `client-deadpool`, `managed-deadpool`,
 //! `managed-bb8` and `managed-asyncband` (the peers of `managed/uncontended`),
 //! `keyed-reference` (R2's design); `saturated-stream` and `saturated-reference` run
-//! `stream/saturated` (64 tasks for 16 slots on 2 workers; count those with
-//! `--toggle-collect='*saturated*'`, which takes the tasks' polls).
+//! `stream/saturated` (64 tasks for 16 slots on 2 workers), `saturated-managed` and
+//! `saturated-semaphore` run `managed/saturated` (64 tasks for 16 objects, or a bare tokio
+//! `Semaphore` of 16 permits); count those with `--toggle-collect='*saturated*'`, which takes
+//! the tasks' polls.
 //!
 //! The timed rounds run inside [`timed`], so `--toggle-collect='hot_path::timed*'` counts
 //! them alone; divide by the rounds.
@@ -226,6 +228,18 @@ fn run(which: &str, rounds: u64) {
             let rt = multi_thread(WORKERS);
             let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
             prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
+            let per_task = rounds / SAT_TASKS as u64;
+            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
+        }
+        "saturated-managed" => {
+            let rt = multi_thread(WORKERS);
+            let pool = Arc::new(managed::slotpool(&rt));
+            let per_task = rounds / SAT_TASKS as u64;
+            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
+        }
+        "saturated-semaphore" => {
+            let rt = multi_thread(WORKERS);
+            let pool = Arc::new(tokio::sync::Semaphore::new(managed::OBJECTS));
             let per_task = rounds / SAT_TASKS as u64;
             timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
         }

@@ -510,7 +510,7 @@ impl<T> SlotTable<T> {
                 return Some(r);
             }
             let grown = self.grown.as_ref()?;
-            let claimed = grown.segments.with(|segments| {
+            let claimed = grown.with_segments(|segments| {
                 segments
                     .iter()
                     .find_map(|s| self.claim_in(s, &mut scan, false))
@@ -634,9 +634,8 @@ impl<T> SlotTable<T> {
             return Some(r);
         }
         if let Some(grown) = &self.grown {
-            let found = grown
-                .segments
-                .with(|segments| segments.iter().find_map(|s| self.join_in(s, scan)));
+            let found =
+                grown.with_segments(|segments| segments.iter().find_map(|s| self.join_in(s, scan)));
             if found.is_some() {
                 return found;
             }
@@ -645,9 +644,9 @@ impl<T> SlotTable<T> {
             return Some(r);
         }
         if let Some(grown) = &self.grown {
-            let found = grown
-                .segments
-                .with(|segments| segments.iter().find_map(|s| self.claim_in(s, scan, true)));
+            let found = grown.with_segments(|segments| {
+                segments.iter().find_map(|s| self.claim_in(s, scan, true))
+            });
             if found.is_some() {
                 return found;
             }
@@ -677,17 +676,15 @@ impl<T> SlotTable<T> {
             return Some(r);
         }
         let grown = self.grown.as_ref()?;
-        grown
-            .segments
-            .with(|segments| segments.iter().find_map(|s| self.join_in(s, scan)))
+        grown.with_segments(|segments| segments.iter().find_map(|s| self.join_in(s, scan)))
     }
 
     fn any_room_hint(&self) -> bool {
         self.base.room.any()
-            || self.grown.as_ref().is_some_and(|g| {
-                g.segments
-                    .with(|segments| segments.iter().any(|s| s.room.any()))
-            })
+            || self
+                .grown
+                .as_ref()
+                .is_some_and(|g| g.with_segments(|segments| segments.iter().any(|s| s.room.any())))
     }
 
     /// Joins the lowest-index slot in `segment` whose room bit is set and that really has room.
@@ -1215,9 +1212,7 @@ impl<T> SlotTable<T> {
         };
         pass(&self.base);
         if let Some(grown) = &self.grown {
-            grown
-                .segments
-                .with(|segments| segments.iter().for_each(|s| pass(s)));
+            grown.with_segments(|segments| segments.iter().for_each(|s| pass(s)));
         }
     }
 
@@ -1260,9 +1255,7 @@ impl<T> SlotTable<T> {
         };
         settled(&self.base)
             && self.grown.as_ref().is_none_or(|grown| {
-                grown
-                    .segments
-                    .with(|segments| segments.iter().all(|s| settled(s)))
+                grown.with_segments(|segments| segments.iter().all(|s| settled(s)))
             })
     }
 

@@ -11,7 +11,8 @@ use std::fmt;
 
 use super::{Phase, Reservation, SlotTable, SlotWord, MAX_GROWN_SLOTS, WORD_BITS};
 use crate::sync::{
-    dekker_fence, trace_transition, Arc, AtomicU64, CachePadded, Mutex, Ordering, Published,
+    dekker_fence, trace_transition, Arc, AtomicBool, AtomicU64, CachePadded, Mutex, Ordering,
+    Published,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -205,6 +206,10 @@ impl Bitmap {
             if bits != 0 {
                 return Some(w * WORD_BITS + bits.trailing_zeros() as usize);
             }
+        } else if self.words.len() == 1 || self.summarised {
+            // Nothing after the first word, or nothing flagged there: every slot is full (a
+            // saturated pool's reservers all come this way), no call out of line.
+            return None;
         }
         self.first_after_word0_slow(flagged)
     }
@@ -257,8 +262,14 @@ impl Bitmap {
 
 /// The segments a table grew, published whole.
 pub(super) struct Grown<T> {
-    /// Segments after the inline first one, in index order. Only ever appended to.
-    pub(super) segments: Published<Vec<Arc<Segment<T>>>>,
+    /// Segments after the inline first one, in index order. Only ever appended to. Read
+    /// through [`Grown::with_segments`].
+    segments: Published<Vec<Arc<Segment<T>>>>,
+    /// Set (for good) just before the first segment is published. Until then a reader needs
+    /// no load of `segments`, which costs a scan that found the first segment full more than
+    /// the scan itself (a table that never grew: an exclusive table within its first
+    /// segment, every pool of up to 64 values).
+    grew: AtomicBool,
     /// Serialises growth, so two reservers that both find the table full add one segment.
     pub(super) lock: Mutex<()>,
 }
@@ -267,8 +278,25 @@ impl<T> Grown<T> {
     pub(super) fn new() -> Self {
         Grown {
             segments: Published::new(Vec::new()),
+            grew: AtomicBool::new(false),
             lock: Mutex::new(()),
         }
+    }
+
+    /// Runs `f` on the segments published so far (none before the first growth).
+    ///
+    /// A reader that finds `grew` clear reads as one whose load of `segments` came before
+    /// the first store: the flag is set first, so the load it skipped would have found the
+    /// list empty or could have come that early. What such a reader misses is the new
+    /// segment's vacancy, and a grower notifies the gate after it publishes (rule 1), so a
+    /// waiter that enqueued before its scan is woken; a reserver that does not wait finds the
+    /// vacancy when it takes the growth lock itself.
+    #[inline]
+    pub(super) fn with_segments<R>(&self, f: impl FnOnce(&[Arc<Segment<T>>]) -> R) -> R {
+        if !self.grew.load(Ordering::SeqCst) {
+            return f(&[]);
+        }
+        self.segments.with(|segments| f(segments))
     }
 }
 
@@ -292,7 +320,7 @@ impl<T> SlotTable<T> {
         // A full bounded table is the common case here (every reserver of a saturated pool
         // comes by): answer it without the lock. The segment list only grows, so a table seen
         // at its capacity stays there.
-        if self.capacity.is_some() && grown.segments.with(|s| self.allocated(s)) >= limit {
+        if self.capacity.is_some() && grown.with_segments(|s| self.allocated(s)) >= limit {
             return false;
         }
         let _serialised = grown.lock.lock();
@@ -316,6 +344,7 @@ impl<T> SlotTable<T> {
         let len = total.min(limit - total);
         let mut next: Vec<Arc<Segment<T>>> = current.iter().cloned().collect();
         next.push(Arc::new(Segment::new(total, len)));
+        grown.grew.store(true, Ordering::SeqCst);
         grown.segments.store(Arc::new(next));
         trace_transition!("slots: grew to {} slots", total + len);
         // New vacancy (rule 1): a waiter of a bounded table may be asleep on a full one.
@@ -380,7 +409,7 @@ impl<T> SlotTable<T> {
         f: impl FnOnce(&Segment<T>, usize) -> R,
     ) -> Option<R> {
         let grown = self.grown.as_ref()?;
-        grown.segments.with(|segments| {
+        grown.with_segments(|segments| {
             segments
                 .iter()
                 .find(|s| s.contains(index))
@@ -412,7 +441,7 @@ impl<T> SlotTable<T> {
             f(local, slot);
         }
         if let Some(grown) = &self.grown {
-            grown.segments.with(|segments| {
+            grown.with_segments(|segments| {
                 for segment in segments {
                     for (local, slot) in segment.slots.iter().enumerate() {
                         f(segment.start + local, slot);
