@@ -456,6 +456,7 @@ impl<T> SlotTable<T> {
 mod tests {
     use super::super::{Capacity, SlotTable, FIRST_BOUNDED_SEGMENT};
     use crate::error::TryAcquireError;
+    use crate::sync::Ordering;
 
     /// A bounded table allocates its first segment, then doubles as it fills, the last
     /// segment cut to its capacity; a full table at its capacity refuses, and a retired slot
@@ -485,6 +486,32 @@ mod tests {
         let again = table.try_reserve().unwrap();
         assert_eq!((again.index(), again.claimed()), (capacity - 1, true));
         assert_eq!(table.stats().slots, capacity);
+    }
+
+    /// A table that never grew reads no list of grown segments (its flag is clear); the first
+    /// growth sets the flag before it publishes, and from then on every reader finds the new
+    /// segment: by index, in a walk of every slot, and in a reservation's scan.
+    #[test]
+    fn the_grown_segments_are_read_once_the_first_growth_set_its_flag() {
+        let table = SlotTable::<()>::new(Capacity::Unbounded, 1).unwrap();
+        let first = table.stats().slots;
+        let grown = table.grown.as_ref().expect("an unbounded table can grow");
+        let _held: Vec<_> = (0..first).map(|_| table.try_reserve().unwrap()).collect();
+        assert!(!grown.grew.load(Ordering::SeqCst), "full, but never grown");
+        assert!(table.with_slot(first, |_| ()).is_none());
+        assert!(table.grow(grown));
+        assert!(grown.grew.load(Ordering::SeqCst));
+        assert!(table.with_slot(first, |_| ()).is_some(), "found by index");
+        let mut walked = 0;
+        table.for_each_slot(|_, _| walked += 1);
+        assert_eq!(walked, 2 * first, "found by the walk");
+        let next = table.try_reserve().unwrap();
+        assert_eq!(
+            (next.index(), next.claimed()),
+            (first, true),
+            "found by the scan"
+        );
+        assert_eq!(table.stats().slots, 2 * first, "and not grown again");
     }
 
     /// The inlined fast path joins the lowest Ready slot with room and hands back that very
@@ -532,7 +559,6 @@ mod tests {
         let held: Vec<_> = (0..6).map(|_| table.try_reserve().unwrap()).collect();
         assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
         assert_eq!(table.stats().slots, 3);
-        drop(held);
     }
 
     /// Claiming vacancies on purpose (a pool's minimum) grows the table too, up to its
