@@ -514,6 +514,25 @@ mod tests {
         assert_eq!(table.stats().slots, 2 * first, "and not grown again");
     }
 
+    /// The fast path finds room past the first bitmap word through the summary: with the
+    /// first 64 slots full, it joins the one slot with room in the second word. (Answering
+    /// `None` would be correct but slow, as the full path would then scan: this pins that it
+    /// does not, and that it names no slot of the full first word.)
+    #[test]
+    fn the_fast_path_finds_room_past_a_full_first_word() {
+        let table = SlotTable::<()>::new(Capacity::Bounded(128), 1).unwrap();
+        let held: Vec<_> = (0..66).map(|_| table.try_reserve().unwrap()).collect();
+        for r in &held {
+            assert!(r.claimed());
+            assert!(table.mark_ready(r.index(), r.generation()));
+        }
+        assert!(table.reserve_fast().is_none(), "every slot is full");
+        assert!(table.release(held[65]));
+        let joined = table.reserve_fast().expect("room in the second word");
+        assert_eq!((joined.index(), joined.claimed()), (65, false));
+        assert!(table.reserve_fast().is_none(), "full again");
+    }
+
     /// The inlined fast path joins the lowest Ready slot with room and hands back that very
     /// slot; it never claims an Empty slot or joins a full one, leaving those to the full
     /// path. (Returning `None` always would be correct but slow, as every caller then takes
