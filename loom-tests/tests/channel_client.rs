@@ -148,6 +148,64 @@ fn released_client_is_never_handed_to_two_callers() {
         .reached("a caller slept until the check-in");
 }
 
+/// A wait that starts right after a failed try (`checkout_after_try`, what the managed and
+/// client pools' `get` does) skips the try a wait makes before it queues, and a return racing
+/// it must still reach it: the client ends with the waiter whether the return comes before
+/// the try, between the try and the queueing, or after. Reached: the try itself took the
+/// returned client; the waiter's one try after queueing took it (the return came before the
+/// waiter queued, with no wake-up for it); and the waiter slept until the return handed it
+/// over.
+#[test]
+fn a_wait_after_a_failed_try_misses_no_return() {
+    let reach = model(|reach| {
+        let slots = Arc::new(one_idle_client(7));
+        let Ok(Checkout::Idle { lease, value }) = slots.try_checkout() else {
+            panic!("the one client is idle");
+        };
+        let returner = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || {
+                assert!(matches!(slots.check_in(lease, value, 1), CheckIn::Kept));
+            })
+        };
+        let (checkout, waited_for) = match slots.try_checkout() {
+            Ok(checkout) => {
+                reach.hit("the try took the returned client");
+                (checkout, None)
+            }
+            Err(error) => {
+                assert_eq!(error, TryAcquireError::NoCapacity);
+                let (checkout, slept) = block_on(waited(slots.checkout_after_try()));
+                (checkout.expect("not closed"), Some(slept))
+            }
+        };
+        let Checkout::Idle { lease, value } = checkout else {
+            panic!("the one slot is never vacant here");
+        };
+        assert_eq!(value, 7);
+        returner.join().unwrap();
+        reach.hit_if(
+            waited_for == Some(true),
+            "the waiter slept until the return",
+        );
+        reach.hit_if(
+            waited_for == Some(false),
+            "the waiter's try after queueing took it",
+        );
+        assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+        let counts = slots.counts();
+        assert_eq!(
+            (counts.live, counts.idle, counts.table.in_flight),
+            (1, 1, 0)
+        );
+    });
+    reach
+        .explored(3)
+        .reached("the try took the returned client")
+        .reached("the waiter slept until the return")
+        .reached("the waiter's try after queueing took it");
+}
+
 /// A reap racing the checkout and return of a client whose idle word says `Idle(0)` (expired):
 /// the reaper may find the client idle, and then win the idle word while the client is out,
 /// but it must see the holder and give the word back, lose to the acquirer's abort, or fail

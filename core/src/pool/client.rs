@@ -520,7 +520,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
         // Counted and timed from the first pending poll (a wait cut short counts too).
         let mut clock = WaitClock::new(&self.time.clock, &self.counters.wait_nanos);
         let checkout = {
-            let mut wait = pin!(self.slots.checkout());
+            let mut wait = pin!(self.slots.checkout_after_try());
             poll_fn(|cx| {
                 let poll = wait.as_mut().poll(cx);
                 if poll.is_pending() && !clock.waited() {

@@ -996,7 +996,7 @@ impl<M: Manager> Shared<M> {
         // Two clock reads, only for a caller that waits; a cancelled wait counts too.
         let mut clock = WaitClock::new(&self.time.clock, &self.counters.wait_nanos);
         clock.start();
-        match within(timeout, self.slots.checkout()).await {
+        match within(timeout, self.slots.checkout_after_try()).await {
             Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
             Err(after) => Err(PoolError::Timeout {
                 step: Step::Wait,
