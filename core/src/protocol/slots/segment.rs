@@ -578,6 +578,7 @@ mod tests {
         let held: Vec<_> = (0..6).map(|_| table.try_reserve().unwrap()).collect();
         assert_eq!(table.try_reserve(), Err(TryAcquireError::NoCapacity));
         assert_eq!(table.stats().slots, 3);
+        drop(held);
     }
 
     /// Claiming vacancies on purpose (a pool's minimum) grows the table too, up to its
