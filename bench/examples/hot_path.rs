@@ -74,7 +74,7 @@ use slotpool_bench::cases::managed;
 use slotpool_bench::cases::session as session_cases;
 use slotpool_bench::cases::stream::{
     fill_slotpool, prewarm_reference, prewarm_slotpool, reference_acquire_release, saturated_tasks,
-    slotpool_acquire_release, slotpool_pool, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS,
+    slotpool_acquire_release, slotpool_pool, Hold, DEPTH, SAT_DEPTH, SAT_STREAMS, SAT_TASKS,
     SCAN_STREAMS, STREAMS, WORKERS,
 };
 use slotpool_bench::cases::stream_depth1 as depth1;
@@ -228,20 +228,17 @@ fn run(which: &str, rounds: u64) {
             let rt = multi_thread(WORKERS);
             let pool = Arc::new(slotpool_pool(&rt, NoopConnector, SAT_STREAMS, SAT_DEPTH));
             prewarm_slotpool(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
-            let per_task = rounds / SAT_TASKS as u64;
-            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
+            saturated(&rt, &pool, rounds);
         }
         "saturated-managed" => {
             let rt = multi_thread(WORKERS);
             let pool = Arc::new(managed::slotpool(&rt));
-            let per_task = rounds / SAT_TASKS as u64;
-            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
+            saturated(&rt, &pool, rounds);
         }
         "saturated-semaphore" => {
             let rt = multi_thread(WORKERS);
             let pool = Arc::new(tokio::sync::Semaphore::new(managed::OBJECTS));
-            let per_task = rounds / SAT_TASKS as u64;
-            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
+            saturated(&rt, &pool, rounds);
         }
         "saturated-reference" => {
             let rt = multi_thread(WORKERS);
@@ -251,8 +248,7 @@ fn run(which: &str, rounds: u64) {
                 SAT_DEPTH,
             ));
             prewarm_reference(&rt, &pool, SAT_STREAMS, SAT_DEPTH);
-            let per_task = rounds / SAT_TASKS as u64;
-            timed(|| rt.block_on(saturated_tasks(&pool, SAT_TASKS, per_task)));
+            saturated(&rt, &pool, rounds);
         }
         "client" => {
             let pool = client_cases::slotpool(&rt);
@@ -352,6 +348,13 @@ fn run(which: &str, rounds: u64) {
         }
         other => panic!("unknown path `{other}` (see the module docs)"),
     }
+}
+
+/// Runs about `rounds` rounds of `pool` in [`saturated_tasks`] on `rt` (the `saturated-*`
+/// paths), inside [`timed`].
+fn saturated<P: Hold>(rt: &tokio::runtime::Runtime, pool: &Arc<P>, rounds: u64) {
+    let per_task = rounds / SAT_TASKS as u64;
+    timed(|| rt.block_on(saturated_tasks(pool, SAT_TASKS, per_task)));
 }
 
 /// Runs the timed rounds (a named frame for callgrind's `--toggle-collect`).

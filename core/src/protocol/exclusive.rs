@@ -50,8 +50,9 @@
 //! `live` goes back.
 //!
 //! **Waiting** (`live == size` and nothing idle): the table's gate, FIFO. A wait tries once
-//! before it queues and once after; a pool that has just tried ([`ExclusiveSlots::try_checkout`]
-//! failed) waits with [`ExclusiveSlots::checkout_after_try`], which skips the first. A return that finds
+//! before it queues and once after; a pool that has just tried
+//! ([`ExclusiveSlots::try_checkout`] failed) waits with
+//! [`ExclusiveSlots::checkout_after_try`], which skips the first. A return that finds
 //! waiters **hands its slot over** to the oldest one without freeing it (the load stays 1, the
 //! value is in the cell): a caller that never waited cannot take it first. A waiter dropped
 //! just as a slot was handed to it passes the slot to the next waiter (or frees it); a waiter

@@ -73,7 +73,7 @@
 //! (at most a cache line of hint words), and those of one session share its hint word and
 //! reference count, as they would share an `Arc`. A session whose two candidate words are
 //! both taken when it is installed moves one of their sessions to that session's other word,
-//! if it is free; one for which no word can be freed so reads under the shard's read lock. A
+//! if it is free; one for which no word can be freed reads under the shard's read lock. A
 //! mutex (R3) serialises every acquire; copy-on-write maps
 //! (arc-swap), this module's first design, made every new session and every release copy a
 //! shard and allocate, which cost establishment churn far more than the read lock costs

@@ -111,10 +111,10 @@
 //! reservers no lock. Segments are published whole through `arc-swap` and never freed before
 //! the table: **a live slot never moves**. The first segment is stored inline, so a table that
 //! never grew reads no published pointer on its hot path; nor does its full scan (a reserver
-//! that finds every slot full), which checks a flag the first growth sets before it publishes. A reservation packs the slot index
-//! in 32 bits, so an unbounded table stops at [`MAX_GROWN_SLOTS`] (2³² slots, far more memory
-//! than any machine has): a growth beyond it panics rather than hand out an index that would
-//! not fit.
+//! that finds every slot full), which checks a flag the first growth sets before it
+//! publishes. A reservation packs the slot index in 32 bits, so an unbounded table stops at
+//! [`MAX_GROWN_SLOTS`] (2³² slots, far more memory than any machine has): a growth beyond it
+//! panics rather than hand out an index that would not fit.
 //!
 //! # Idle tracking without a clock on the hot path
 //!
