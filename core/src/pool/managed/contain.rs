@@ -82,22 +82,52 @@ impl<F> std::fmt::Debug for Contained<F> {
 /// Runs `future` with a deadline `after` from now on tokio's timer: `Err(after)` if it passed
 /// first. Deadlines need a tokio runtime with timers (tokio's default); outside one the
 /// future runs without a deadline rather than the timer's panic escaping the pool.
-pub(super) async fn within<F: std::future::Future>(
-    after: Option<std::time::Duration>,
+pub(super) fn within<F: Future>(after: Option<std::time::Duration>, future: F) -> Within<F> {
+    Within {
+        future,
+        deadline: None,
+        after,
+        started: false,
+    }
+}
+
+/// [`within`]'s future: written out rather than an `async fn` over `tokio::select!`, which
+/// kept `future` twice (as the argument and in the `select!`) and the timer besides: the
+/// `get`'s wait came to 544 bytes, every one of them copied when the future moved.
+pub(super) struct Within<F> {
+    /// Structurally pinned (polled in place, dropped with `self`).
     future: F,
-) -> Result<F::Output, std::time::Duration> {
-    let Some(after) = after else {
-        return Ok(future.await);
-    };
-    match timer(after) {
-        None => Ok(future.await),
-        Some(deadline) => {
-            tokio::select! {
-                biased;
-                output = future => Ok(output),
-                () = deadline => Err(after),
+    /// Structurally pinned; set at the first poll (the deadline runs from there), if `after`
+    /// is and the runtime has a timer.
+    deadline: Option<tokio::time::Sleep>,
+    after: Option<std::time::Duration>,
+    started: bool,
+}
+
+impl<F: Future> Future for Within<F> {
+    type Output = Result<F::Output, std::time::Duration>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `future` and `deadline` are polled through pinned references and never
+        // moved out; `deadline` is written only while `None` (nothing pinned is moved).
+        let this = unsafe { self.get_unchecked_mut() };
+        if !this.started {
+            this.started = true;
+            this.deadline = this.after.and_then(timer);
+        }
+        // The future first: a deadline and an output in the same poll give the output.
+        // SAFETY: as above.
+        if let Poll::Ready(output) = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        if let (Some(deadline), Some(after)) = (this.deadline.as_mut(), this.after) {
+            // SAFETY: as above.
+            if unsafe { Pin::new_unchecked(deadline) }.poll(cx).is_ready() {
+                return Poll::Ready(Err(after));
             }
         }
+        Poll::Pending
     }
 }
 
@@ -106,4 +136,97 @@ pub(super) fn timer(after: std::time::Duration) -> Option<tokio::time::Sleep> {
     tokio::runtime::Handle::try_current().ok()?;
     // A runtime built without timers panics here; that is no reason to panic the caller.
     catch(|| tokio::time::sleep(after)).ok()
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use std::future::{pending, poll_fn};
+    use std::task::Waker;
+    use std::time::Duration;
+
+    use super::*;
+
+    const AFTER: Duration = Duration::from_millis(5);
+
+    fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// Pending at its first poll, ready with 7 at the next.
+    fn ready_at_the_second_poll() -> impl Future<Output = u32> {
+        let mut polled = false;
+        poll_fn(move |_| {
+            if std::mem::replace(&mut polled, true) {
+                Poll::Ready(7)
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn the_deadline_fires_after_its_time_from_the_first_poll() {
+        let start = tokio::time::Instant::now();
+        assert_eq!(within(Some(AFTER), pending::<()>()).await, Err(AFTER));
+        assert_eq!(start.elapsed(), AFTER);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn the_deadline_runs_from_the_first_poll_not_from_creation() {
+        let mut future = std::pin::pin!(within(Some(AFTER), pending::<()>()));
+        tokio::time::advance(AFTER * 2).await;
+        assert_eq!(poll_once(future.as_mut()), Poll::Pending);
+        let start = tokio::time::Instant::now();
+        assert_eq!(future.await, Err(AFTER));
+        assert_eq!(start.elapsed(), AFTER);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn an_output_beats_a_deadline_passed_by_the_same_poll() {
+        let mut future = std::pin::pin!(within(Some(AFTER), ready_at_the_second_poll()));
+        assert_eq!(poll_once(future.as_mut()), Poll::Pending);
+        tokio::time::advance(AFTER * 2).await;
+        assert_eq!(poll_once(future.as_mut()), Poll::Ready(Ok(7)));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn no_deadline_lets_the_future_run_on() {
+        let mut future = std::pin::pin!(within(None, ready_at_the_second_poll()));
+        assert_eq!(poll_once(future.as_mut()), Poll::Pending);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(future.await, Ok(7));
+    }
+
+    /// Outside a runtime there is no timer: the future runs without its deadline, and
+    /// nothing panics.
+    #[test]
+    fn outside_a_runtime_the_future_runs_without_a_deadline() {
+        let mut future = std::pin::pin!(within(Some(Duration::ZERO), ready_at_the_second_poll()));
+        assert_eq!(poll_once(future.as_mut()), Poll::Pending);
+        assert_eq!(poll_once(future.as_mut()), Poll::Ready(Ok(7)));
+    }
+
+    /// A pending future of 256 bytes.
+    struct Big([u8; 256]);
+
+    impl Future for Big {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            std::hint::black_box(&self.0);
+            Poll::Pending
+        }
+    }
+
+    /// What `within` adds to a future: the timer and a few words, not a second copy of the
+    /// future (as the `async fn` over `tokio::select!` it replaced kept).
+    #[test]
+    fn within_holds_the_future_once() {
+        let size = std::mem::size_of_val(&within(Some(AFTER), Big([0; 256])));
+        let timer = std::mem::size_of::<Option<tokio::time::Sleep>>();
+        assert!(
+            size <= 256 + timer + 32,
+            "{size} bytes for a 256-byte future and a {timer}-byte timer"
+        );
+    }
 }
