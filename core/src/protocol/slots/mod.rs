@@ -98,6 +98,52 @@
 //! the room of a slot that accepts is published, retire a Draining slot whose last unit this
 //! was).
 //!
+//! # Units that keep their table alive
+//!
+//! An owned guard (the stream pool's) is `'static`: it must keep the table, and the pool
+//! state around it, alive by itself. An `Arc` clone per guard costs two locked RMWs beside the
+//! slot's two. The unit the guard holds could stand in for that count (nothing frees the
+//! table while a unit is out), but a held release does not end at its RMW: after the
+//! `fetch_sub` it makes sure of the slot's room bit and reads the gate (rule 1), and a
+//! Draining slot's last release retires it. The slot word says "released" while the releaser
+//! still reads the table, and whoever dropped the last reference then would free it under the
+//! releaser. Two halves close that gap.
+//!
+//! **Who frees: the orphan bit.** While the table's owner (the pool handle) lives, it keeps
+//! the table alive. When it lets go ([`SlotTable::orphan`]) it sets the orphan bit
+//! ([`SlotWord::orphaned`]) on every slot word, one `fetch_or` each, under the lock of the
+//! table's parked reference; the old words say whether any unit was out. If none was, the
+//! owner drops its reference itself; otherwise it parks it. Each release whose RMW returns an
+//! orphaned word (its unit was out when the owner let go) then takes the lock and reads every
+//! slot word, and the one that finds no orphaned slot with load takes the parked reference
+//! and hands it to its caller ([`SlotTable::release_owned`]), to drop after its last access.
+//! The lock keeps those reads after the owner's last flag (a release that read before it
+//! would miss the units on the slots not flagged yet) and puts the last releases one after
+//! the other, so the later one sees the earlier one's RMW: one of them finds the end. The bit
+//! survives a retire, so a unit taken on a later incarnation of an orphaned slot is counted
+//! the same way. A unit on a slot never flagged (a segment grown after the owner let go)
+//! belongs to a holder with a reference of its own (a driver, the reaper): with the handle
+//! gone, nobody else reserves.
+//!
+//! **When: release windows.** A release whose RMW came before the owner's `fetch_or` does not
+//! see the bit, and may still be inside the table when the last reference goes. So an owned
+//! release opens a [`Window`] before its RMW and closes it after its last access
+//! ([`Windows::release_owned`]): a mark per thread (one of the counters' owned stripes),
+//! bumped to odd with a plain store and back to even with a `Release` store, so the release
+//! costs no locked instruction more. Whoever frees the table first waits
+//! ([`Windows::wait_closed`]) until every mark is even. The opening store needs no fence of
+//! its own: the release's RMW after it is at least `Release`, and whoever frees the table read
+//! every slot word after that RMW (the owner's `fetch_or`, or a last releaser's reads, with
+//! the `Arc`'s release and acquire between them and the drop), so its `Acquire` load of the
+//! mark sees it odd, or even again once closed, and then every access before the close
+//! happened before the free. A thread with no owned stripe (more threads than stripes) takes a
+//! reference count for its release instead, which the unit it holds makes safe to take.
+//!
+//! The loom models in `orphan` check both halves: a release racing the owner's drop, two
+//! releases racing it, the last of two orphaned units, and a release that retires its slot;
+//! the models mark the table freed after the wait, and loom reports any release access not
+//! ordered before that mark.
+//!
 //! # Growth
 //!
 //! Memory follows what is used, not the bound. Every table starts with one segment (a
@@ -136,13 +182,15 @@ use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
 use crate::gate::{Gate, WaitState};
-use crate::sync::{spin, trace_transition, Ordering};
+use crate::sync::{spin, trace_transition, Mutex, Ordering};
 
 mod handover;
+mod orphan;
 mod segment;
 mod word;
 
 pub use handover::Handover;
+pub use orphan::{Keep, Window, Windows, WINDOWS};
 pub use segment::Slot;
 use segment::{Bitmap, Grown, Segment};
 pub use word::{Generation, Phase, Reservation, SlotWord};
@@ -246,6 +294,12 @@ pub struct SlotTable<T = ()> {
     grown: Option<Grown<T>>,
     /// Waiters for capacity.
     gate: Gate,
+    /// The owner's reference, parked when it let go with units out (see [`orphan`]).
+    parked: Mutex<Option<Keep>>,
+    /// Read by every release of an owned unit after its last access, written when the table
+    /// is freed (loom build: see [`SlotTable::bury`]).
+    #[cfg(slotpool_loom)]
+    tomb: orphan::Tomb,
 }
 
 /// How a [`SlotTable`] is sized.
@@ -296,6 +350,9 @@ impl<T: Default> SlotTable<T> {
             base: Segment::new(0, base_len),
             grown,
             gate: Gate::new(),
+            parked: Mutex::new(None),
+            #[cfg(slotpool_loom)]
+            tomb: orphan::Tomb::default(),
         })
     }
 }
@@ -888,6 +945,11 @@ impl<T> SlotTable<T> {
                         // The slot has room now (it accepts): make sure its bit says so
                         // (rule 1), whether or not it was full.
                         self.set_base_room_hint(reservation.index());
+                        if current.orphaned() {
+                            // The caller keeps the table alive by other means (only an owned
+                            // unit's release defers this drop).
+                            drop(self.orphan_released());
+                        }
                         return true;
                     }
                     // Moved by another caller: recheck against the new word and retry.
@@ -900,10 +962,22 @@ impl<T> SlotTable<T> {
 
     #[inline(never)]
     fn release_slow(&self, reservation: Reservation) -> bool {
-        self.with_segment(reservation.index(), |segment, local| {
-            self.release_in(segment, local, reservation.generation())
-        })
-        .unwrap_or(false)
+        let (released, keep) = self.release_slow_keep(reservation);
+        drop(keep);
+        released
+    }
+
+    /// [`SlotTable::release_slow`], handing back a parked reference that the release freed
+    /// (see [`orphan`]) instead of dropping it.
+    #[inline(never)]
+    fn release_slow_keep(&self, reservation: Reservation) -> (bool, Option<Keep>) {
+        let mut keep = None;
+        let released = self
+            .with_segment(reservation.index(), |segment, local| {
+                self.release_in(segment, local, reservation.generation(), &mut keep)
+            })
+            .unwrap_or(false);
+        (released, keep)
     }
 
     /// [`SlotTable::release`] for a caller that **holds** the unit: `reservation` came from
@@ -923,8 +997,21 @@ impl<T> SlotTable<T> {
     /// Unlike [`SlotTable::release`], a release of a unit not held is not detected (debug
     /// builds assert): it would take a unit someone else holds, or corrupt an idle slot's
     /// word. Hand back reservations of uncertain standing with [`SlotTable::release`].
+    ///
+    /// The caller's unit must not have been out when the table's owner let go of it
+    /// ([`SlotTable::orphan`]): such a unit is released with [`SlotTable::release_owned`]
+    /// (debug builds assert).
     #[inline(always)]
     pub fn release_held(&self, reservation: Reservation) {
+        // No orphan check on this path: the borrowed guards and the exclusive table that
+        // release this way hold units only while the owner lives.
+        drop(self.release_held_keep::<false>(reservation));
+    }
+
+    /// [`SlotTable::release_held`]; `OWNED`: the unit may be orphaned, and a parked
+    /// reference that the release frees (see [`orphan`]) is handed back, not dropped.
+    #[inline(always)]
+    fn release_held_keep<const OWNED: bool>(&self, reservation: Reservation) -> Option<Keep> {
         if let Some(slot) = self.base.slots.get(reservation.index()) {
             if !self.gate.has_waiters() {
                 let old = SlotWord(slot.word.fetch_sub(1, Ordering::SeqCst));
@@ -943,11 +1030,19 @@ impl<T> SlotTable<T> {
                     // add stays hidden until it does.
                     self.set_base_room_hint(reservation.index());
                 }
-                return;
+                if OWNED && old.orphaned() {
+                    return self.orphan_released();
+                }
+                debug_assert!(
+                    OWNED || !old.orphaned(),
+                    "release_held of an orphaned unit: {reservation:?}"
+                );
+                return None;
             }
         }
-        let released = self.release_slow(reservation);
+        let (released, keep) = self.release_slow_keep(reservation);
         debug_assert!(released, "release_held of a unit not held: {reservation:?}");
+        keep
     }
 
     #[cold]
@@ -978,7 +1073,15 @@ impl<T> SlotTable<T> {
         }
     }
 
-    fn release_in(&self, segment: &Segment<T>, local: usize, generation: Generation) -> bool {
+    /// The checked release in `segment`; a parked reference it frees (see [`orphan`]) goes to
+    /// `keep`.
+    fn release_in(
+        &self,
+        segment: &Segment<T>,
+        local: usize,
+        generation: Generation,
+        keep: &mut Option<Keep>,
+    ) -> bool {
         let slot = &segment.slots[local];
         let mut current = SlotWord(slot.word.load(Ordering::SeqCst));
         if current.generation() == generation
@@ -1019,6 +1122,9 @@ impl<T> SlotTable<T> {
                         // slot was not full (its bit may still be clear: the release from
                         // full may not have set it yet).
                         self.set_hint(&segment.room, local);
+                    }
+                    if current.orphaned() {
+                        *keep = self.orphan_released();
                     }
                     return true;
                 }

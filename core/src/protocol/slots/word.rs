@@ -75,7 +75,13 @@ impl Generation {
 pub struct SlotWord(pub(super) u64);
 
 impl SlotWord {
-    pub(super) const LOAD_MASK: u64 = 0xFFFF_FFFF;
+    pub(super) const LOAD_MASK: u64 = 0x7FFF_FFFF;
+    /// The table's owner let go while this slot had load ([`SlotTable::orphan`]): every release
+    /// here checks whether it was the table's last unit. Above every load (`MAX_LOAD` is
+    /// `2³¹ − 1`), kept by every transition, the retire included.
+    ///
+    /// [`SlotTable::orphan`]: super::SlotTable::orphan
+    pub(super) const ORPHAN_BIT: u64 = 1 << 31;
     pub(super) const PHASE_SHIFT: u32 = 32;
     pub(super) const USED_BIT: u64 = 1 << 34;
     pub(super) const GEN_SHIFT: u32 = 35;
@@ -108,6 +114,12 @@ impl SlotWord {
         self.0 & Self::USED_BIT != 0
     }
 
+    /// Whether the table's owner let go while the slot had load (see
+    /// [`SlotTable::orphan`](super::SlotTable::orphan)).
+    pub const fn orphaned(self) -> bool {
+        self.0 & Self::ORPHAN_BIT != 0
+    }
+
     /// The incarnation.
     pub const fn generation(self) -> Generation {
         Generation(((self.0 >> Self::GEN_SHIFT) & Generation::MASK) as u32)
@@ -129,9 +141,12 @@ impl SlotWord {
         }
     }
 
-    /// The Empty word of the next generation: load 0, not used.
+    /// The Empty word of the next generation: load 0, not used, still orphaned if it was (a
+    /// unit taken on the next incarnation must be counted as this one's were).
     pub(super) const fn retired(self) -> Self {
-        SlotWord((self.generation().next().0 as u64) << Self::GEN_SHIFT)
+        SlotWord(
+            ((self.generation().next().0 as u64) << Self::GEN_SHIFT) | (self.0 & Self::ORPHAN_BIT),
+        )
     }
 
     /// Whether the phase is Starting or Ready ([`Phase::accepts_reservations`]), tested on
@@ -154,10 +169,12 @@ impl SlotWord {
     /// phase accepts reservations and `load < max`, in one comparison. In
     /// `word - (1 << PHASE_SHIFT)` masked to the load and the phase's high bit, that bit is
     /// set exactly when the phase does not accept ([`SlotWord::accepting`]), which makes the
-    /// value at least `2 << PHASE_SHIFT`, above any `max`; otherwise the value is the load.
+    /// value at least `2 << PHASE_SHIFT`, above any `max`; otherwise the value is the load
+    /// (plus [`SlotWord::ORPHAN_BIT`], also above any `max`: an orphaned slot takes no more).
     #[inline]
     pub(super) const fn has_room(self, max: u32) -> bool {
-        const MASK: u64 = (0b10 << SlotWord::PHASE_SHIFT) | SlotWord::LOAD_MASK;
+        const MASK: u64 =
+            (0b10 << SlotWord::PHASE_SHIFT) | SlotWord::ORPHAN_BIT | SlotWord::LOAD_MASK;
         self.0.wrapping_sub(1 << Self::PHASE_SHIFT) & MASK < max as u64
     }
 }
@@ -168,6 +185,7 @@ impl fmt::Debug for SlotWord {
             .field("generation", &self.generation().0)
             .field("phase", &self.phase())
             .field("used", &self.used())
+            .field("orphaned", &self.orphaned())
             .field("load", &self.load())
             .finish()
     }
@@ -304,23 +322,35 @@ mod tests {
         const MAX_LOAD: u32 = super::super::MAX_LOAD;
         for phase in [Phase::Empty, Phase::Starting, Phase::Ready, Phase::Draining] {
             for generation in [0u32, 1, (1 << Generation::BITS) - 1] {
-                for used in [false, true] {
+                for (used, orphaned) in [(false, false), (true, false), (false, true), (true, true)]
+                {
                     for load in [0, 1, 7, 8, 9, MAX_LOAD - 1, MAX_LOAD] {
-                        let word = SlotWord(u64::from(generation) << SlotWord::GEN_SHIFT)
+                        let bits = if orphaned { SlotWord::ORPHAN_BIT } else { 0 };
+                        let word = SlotWord((u64::from(generation) << SlotWord::GEN_SHIFT) | bits)
                             .with_phase(phase)
                             .with_load(load)
                             .with_used(used);
                         assert_eq!(word.phase(), phase);
                         assert_eq!(word.load(), load);
+                        assert_eq!(word.used(), used);
+                        assert_eq!(word.orphaned(), orphaned);
                         assert_eq!(word.accepting(), phase.accepts_reservations(), "{phase:?}");
                         for max in [1, 8, MAX_LOAD] {
                             assert_eq!(
                                 word.has_room(max),
-                                phase.accepts_reservations() && load < max,
+                                phase.accepts_reservations() && load < max && !orphaned,
                                 "{word:?} under {max}"
                             );
                         }
+                        if load > 0 {
+                            // A held release's `fetch_sub` keeps everything but the load.
+                            let lowered = SlotWord(word.0 - 1);
+                            assert_eq!(lowered, word.with_load(load - 1));
+                            assert_eq!(lowered.orphaned(), orphaned);
+                        }
                         assert_eq!(word.retired().phase(), Phase::Empty);
+                        assert_eq!(word.retired().load(), 0);
+                        assert_eq!(word.retired().orphaned(), orphaned, "the retire keeps it");
                     }
                 }
             }
