@@ -378,7 +378,7 @@ pub(crate) struct Counter {
 }
 
 /// Stripes each owned by one thread at a time (at most 64: one bit each in the claim word).
-const OWNED_STRIPES: usize = 12;
+pub(crate) const OWNED_STRIPES: usize = 12;
 /// Stripes shared by the threads that found every owned stripe taken.
 const SHARED_STRIPES: usize = 4;
 const COUNTER_STRIPES: usize = OWNED_STRIPES + SHARED_STRIPES;
@@ -587,6 +587,40 @@ fn stripe_index() -> usize {
         return index;
     }
     assign_stripe()
+}
+
+/// This thread's owned stripe index (below [`OWNED_STRIPES`]), claimed on first use; `None`
+/// when it shares a stripe (every owned one was taken) or its thread-locals are gone. Besides
+/// the counters, the stream pool's release windows are indexed by it
+/// ([`crate::slots::Windows`]): one thread at a time owns each.
+#[cfg(not(any(slotpool_loom, slotpool_shuttle)))]
+#[inline]
+pub(crate) fn owned_stripe() -> Option<usize> {
+    let index = STRIPE.try_with(std::cell::Cell::get).ok()?;
+    if index < OWNED_STRIPES {
+        return Some(index);
+    }
+    owned_stripe_unassigned(index)
+}
+
+/// [`owned_stripe`] for a thread that shares a stripe or has none yet.
+#[cfg(not(any(slotpool_loom, slotpool_shuttle)))]
+#[cold]
+#[inline(never)]
+fn owned_stripe_unassigned(index: usize) -> Option<usize> {
+    let index = if index < COUNTER_STRIPES {
+        index
+    } else {
+        assign_stripe()
+    };
+    (index < OWNED_STRIPES).then_some(index)
+}
+
+/// Under loom and shuttle no thread owns a stripe (see [`Counter`]).
+#[cfg(slotpool_shuttle)]
+#[inline]
+pub(crate) fn owned_stripe() -> Option<usize> {
+    None
 }
 
 #[cfg(not(any(slotpool_loom, slotpool_shuttle)))]

@@ -613,6 +613,63 @@ async fn owned_guards_move_into_spawned_tasks() {
     assert_eq!(err.reach(), Reach::NotSent, "{err:?}");
 }
 
+/// An owned guard holds no reference count: its room keeps the pool's state alive. Once the
+/// pool is dropped and its drivers have ended, the state (its connector with it) lives until
+/// the last owned guard returns its room, and goes with that return.
+#[tokio::test]
+async fn the_last_owned_guard_of_a_dropped_pool_frees_its_state() {
+    let (script, _) = Script::echo();
+    let pool = script.pool(1, 2);
+    let first = pool.try_acquire_owned().unwrap();
+    let second = pool.try_acquire_owned().unwrap();
+    assert_eq!(
+        script.clones(),
+        2,
+        "the test's script and the pool's connector"
+    );
+    drop(pool);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    for _ in 0..10_000 {
+        if metrics.num_alive_tasks() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        0,
+        "the driver ended with the pool"
+    );
+    assert_eq!(script.clones(), 2, "the guards keep the state");
+    drop(first);
+    assert_eq!(script.clones(), 2, "one guard is still out");
+    drop(second);
+    assert_eq!(script.clones(), 1, "the last return freed the state");
+}
+
+/// A dropped pool with no owned guard out frees its state once its drivers end; owned
+/// guards returned before the drop leave nothing behind.
+#[tokio::test]
+async fn a_dropped_pool_without_owned_guards_frees_its_state() {
+    let (script, _) = Script::echo();
+    let pool = script.pool(1, 2);
+    drop(pool.try_acquire_owned().unwrap());
+    drop(pool);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    for _ in 0..10_000 {
+        if script.clones() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        script.clones(),
+        1,
+        "the state went with the pool and its driver"
+    );
+    assert_eq!(metrics.num_alive_tasks(), 0);
+}
+
 /// `acquire_owned` borrows the pool only for the wait: a pool that is not in an `Arc` hands
 /// out owned guards too, the guard's send runs in a spawned task after the borrow ended, and
 /// its room comes back when the send's response does.

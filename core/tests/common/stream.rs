@@ -251,6 +251,8 @@ pub struct Script {
     hung_drops: Arc<AtomicUsize>,
     streams: mpsc::UnboundedSender<ServerStream>,
     faults: Arc<Faults>,
+    /// One count per clone of this script alive (the test's, the pool's connector, ...).
+    clones: Arc<()>,
 }
 
 pub struct TestConnector(pub Script);
@@ -278,6 +280,7 @@ impl Script {
                 hung_drops: Arc::new(AtomicUsize::new(0)),
                 streams: tx,
                 faults: Arc::new(Faults::default()),
+                clones: Arc::new(()),
             },
             rx,
         )
@@ -301,6 +304,11 @@ impl Script {
 
     pub fn connector(&self) -> TestConnector {
         TestConnector(self.clone())
+    }
+
+    /// Clones of this script alive: this one, plus one while a pool's connector holds one.
+    pub fn clones(&self) -> usize {
+        Arc::strong_count(&self.clones)
     }
 
     /// Connects attempted so far (failed ones included, held ones once they proceed).

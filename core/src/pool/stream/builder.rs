@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::{Counters, Shared, StreamConnector, StreamPool};
 use crate::error::ConfigError;
 use crate::pool::settings::{self, Names, Settings};
-use crate::slots::{Capacity, SlotTable, MAX_LOAD, MAX_SLOTS};
+use crate::slots::{Capacity, SlotTable, Windows, MAX_LOAD, MAX_SLOTS};
 use crate::sync::Arc;
 
 /// The most streams [`StreamPoolBuilder::min_streams`] accepts: each is opened at build and
@@ -222,6 +222,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
             counters: Counters::new(self.settings.name.clone()),
             breaker: self.settings.breaker(),
             min_streams: self.min_streams,
+            windows: Windows::new(),
         });
         shared.top_up();
         let reaper = self
@@ -229,7 +230,10 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
             .start_reaper(Some(&runtime), &shared, |shared| {
                 shared.reap(shared.clock.now());
             })?;
-        Ok(StreamPool { shared, reaper })
+        Ok(StreamPool {
+            shared: std::mem::ManuallyDrop::new(shared),
+            reaper,
+        })
     }
 }
 

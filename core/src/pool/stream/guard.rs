@@ -6,13 +6,15 @@ use std::fmt;
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 use super::{send_on, RequestError, Shared, StreamConnector, StreamPool};
 use crate::error::AcquireError;
 use crate::gate::WaitState;
 use crate::pool::wait::WaitSink;
-use crate::slots::Reservation;
+use crate::slots::{Reservation, Windows};
+use crate::sync::owned_stripe;
 use crate::sync::Arc;
 
 /// Future of [`StreamPool::acquire`]. `!Unpin`: its place in the wait queue lives inside it.
@@ -183,7 +185,7 @@ impl<C: StreamConnector> StreamGuard<'_, C> {
         // Not dropped: its room moves, and no drop of a guard is left on the owned path.
         let this = ManuallyDrop::new(self);
         OwnedStreamGuard {
-            shared: Arc::clone(shared),
+            shared: NonNull::from(&**shared),
             reservation: this.reservation,
         }
     }
@@ -207,15 +209,27 @@ impl<C: StreamConnector> fmt::Debug for StreamGuard<'_, C> {
     }
 }
 
-/// [`StreamGuard`] that owns a handle on the pool's shared state instead of borrowing the
-/// pool, so it is `'static` (from [`StreamPool::acquire_owned`]). It does not keep the pool
-/// running: once the pool is dropped, its send fails as not sent.
+/// [`StreamGuard`] that keeps the pool's shared state alive instead of borrowing the pool, so
+/// it is `'static` (from [`StreamPool::acquire_owned`]). It does not keep the pool running:
+/// once the pool is dropped, its send fails as not sent.
+///
+/// It holds no reference count: the room it holds keeps the state alive (the pool's drop
+/// leaves its reference to the release of the last such room), so taking and returning one
+/// costs the slot's two locked instructions, as a borrowed guard does.
 #[must_use = "dropping the guard gives its room back at once"]
 pub struct OwnedStreamGuard<C: StreamConnector> {
-    pub(super) shared: Arc<Shared<C>>,
+    /// The pool's shared state. INVARIANT: alive while `reservation` is `Some` (its unit keeps
+    /// it so; see `slots`, "Units that keep their table alive").
+    shared: NonNull<Shared<C>>,
     /// `None` once handed to a driver or released.
-    pub(super) reservation: Option<Reservation>,
+    reservation: Option<Reservation>,
 }
+
+// SAFETY: the guard stands for an `Arc<Shared<C>>` (the state is `Send + Sync` for any
+// connector) and a reservation, a plain value.
+unsafe impl<C: StreamConnector> Send for OwnedStreamGuard<C> {}
+// SAFETY: as above; `&self` only reads the reservation.
+unsafe impl<C: StreamConnector> Sync for OwnedStreamGuard<C> {}
 
 impl<C: StreamConnector> OwnedStreamGuard<C> {
     /// The slot index of the stream this guard has room on (lower is older and busier).
@@ -232,7 +246,14 @@ impl<C: StreamConnector> OwnedStreamGuard<C> {
         mut self,
         request: C::Request,
     ) -> Result<C::Response, RequestError<C::Error>> {
-        send_on(&self.shared, &mut self.reservation, request).await
+        // A reference of the send's own: the unit goes to the stream's driver, and the wait
+        // for the response outlives it. SAFETY: the unit held keeps the state alive (the
+        // type's invariant; a guard that has sent is consumed).
+        let shared = unsafe {
+            Arc::increment_strong_count(self.shared.as_ptr());
+            Arc::from_raw(self.shared.as_ptr())
+        };
+        send_on(&shared, &mut self.reservation, request).await
     }
 }
 
@@ -241,7 +262,43 @@ impl<C: StreamConnector> Drop for OwnedStreamGuard<C> {
     fn drop(&mut self) {
         // As `StreamGuard`'s: the unit is the guard's own while it has it.
         if let Some(reservation) = self.reservation.take() {
-            self.shared.table.release_held(reservation);
+            // SAFETY: the unit keeps the state alive until it is released (the type's
+            // invariant), and nothing of it is used after the release.
+            unsafe { release_owned(self.shared, reservation) };
+        }
+    }
+}
+
+/// Releases an owned guard's unit, the last use of `shared` (see `slots`, "Units that keep
+/// their table alive"): inside this thread's release window, or, for a thread that has no
+/// window of its own, holding a reference count for the release.
+///
+/// # Safety
+/// `reservation` is held, it keeps `shared` alive, and the caller uses `shared` no more.
+#[inline(always)]
+unsafe fn release_owned<C: StreamConnector>(shared: NonNull<Shared<C>>, reservation: Reservation) {
+    let state = shared.as_ptr();
+    match owned_stripe() {
+        Some(window) => {
+            // SAFETY: the caller's contract; the windows and the table are the state's.
+            let keep = unsafe {
+                Windows::release_owned(
+                    &raw const (*state).windows,
+                    window,
+                    &raw const (*state).table,
+                    reservation,
+                )
+            };
+            // After the window closed: this may free the state.
+            drop(keep);
+        }
+        None => {
+            // SAFETY: the unit keeps the state alive while the count is taken.
+            let shared = unsafe {
+                Arc::increment_strong_count(state);
+                Arc::from_raw(state)
+            };
+            drop(shared.table.release_owned(reservation));
         }
     }
 }

@@ -104,10 +104,13 @@
 //!
 //! # Lifetimes
 //!
-//! [`StreamGuard`]s borrow the pool, so they cannot outlive it; [`OwnedStreamGuard`]s (from an
-//! `Arc<StreamPool>`) keep only the pool's shared state, not the pool. Dropping the pool closes
-//! its table (waiters get [`AcquireError::Closed`]) and stops every driver and the reaper; no
-//! task or guard keeps a dropped pool running (an owned guard's send then fails, not sent).
+//! [`StreamGuard`]s borrow the pool, so they cannot outlive it; [`OwnedStreamGuard`]s keep
+//! only the pool's shared state, not the pool, and with no reference count of their own: the
+//! room a guard holds keeps the state alive (see [`crate::slots`], "Units that keep their
+//! table alive"), and the state goes with the return of the last owned guard's room once the
+//! pool and its drivers are gone. Dropping the pool closes its table (waiters get
+//! [`AcquireError::Closed`]) and stops every driver and the reaper; no task or guard keeps a
+//! dropped pool running (an owned guard's send then fails, not sent).
 //!
 //! This module owns stream lifecycles and the acquire path; `driver.rs` owns a stream's task
 //! and its failures, `routing.rs` where its responses go (by id or in order), `builder.rs` the
@@ -115,6 +118,7 @@
 //! slot table's, waiting is the gate's.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -125,7 +129,7 @@ use crate::error::{AcquireError, Reach, TryAcquireError};
 use crate::gate::WaitState;
 use crate::pool::reap::nanos;
 use crate::pool::wait::WaitTotal;
-use crate::slots::{Generation, Handover, Phase, Reservation, SlotTable, TableStats};
+use crate::slots::{Generation, Handover, Phase, Reservation, SlotTable, TableStats, Windows};
 use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, Published};
 
 mod builder;
@@ -255,7 +259,8 @@ pub struct StreamStats {
 /// # Ok(()) }
 /// ```
 pub struct StreamPool<C: StreamConnector> {
-    shared: Arc<Shared<C>>,
+    /// Taken by the drop, which parks it in the table while owned guards are out.
+    shared: ManuallyDrop<Arc<Shared<C>>>,
     reaper: Option<tokio::task::AbortHandle>,
 }
 
@@ -283,6 +288,17 @@ struct Shared<C: StreamConnector> {
     breaker: Breaker,
     /// Streams kept open however idle (prewarm).
     min_streams: usize,
+    /// The owned guards' release windows: the last reference's drop waits for them (see
+    /// `slots`, "Units that keep their table alive").
+    windows: Windows,
+}
+
+impl<C: StreamConnector> Drop for Shared<C> {
+    fn drop(&mut self) {
+        // Nothing can open a window now (no unit is out that keeps this state alive), but a
+        // release that did not see the orphan bit may still be inside the table.
+        self.windows.wait_closed();
+    }
 }
 
 /// The pool's counters (see [`StreamStats`]). Only `acquires` is bumped on the acquire path
@@ -499,9 +515,9 @@ impl<C: StreamConnector> StreamPool<C> {
         }
     }
 
-    /// [`StreamPool::acquire`] returning a guard that owns a handle on the pool's shared
-    /// state instead of borrowing the pool, so it is `'static` and can move into a spawned
-    /// task. Only the guard is `'static`: the future borrows the pool, as
+    /// [`StreamPool::acquire`] returning a guard that keeps the pool's shared state alive
+    /// instead of borrowing the pool, so it is `'static` and can move into a spawned task
+    /// (its room keeps the state: no reference count per guard). Only the guard is `'static`: the future borrows the pool, as
     /// [`StreamPool::acquire`]'s does, so a caller holds no handle of its own for the wait (no
     /// `Arc` clone per call; to spawn the wait itself, move an `Arc` of the pool into the task
     /// and call this there).
@@ -705,6 +721,14 @@ impl<C: StreamConnector> Drop for StreamPool<C> {
         if let Some(reaper) = &self.reaper {
             reaper.abort();
         }
+        // SAFETY: taken once, here; the field is not used again.
+        let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
+        let table: *const SlotTable<StreamCell<C>> = &shared.table;
+        // Owned guards hold no reference count: their units keep the state alive, and the
+        // release of the last one drops this reference (or it is dropped here if none is
+        // out). SAFETY: `shared` is alive until `orphan` parks it, and parked until
+        // `orphan` has returned (the lock keeps every release from taking it before).
+        drop(unsafe { &*table }.orphan(Box::new(shared)));
     }
 }
 
