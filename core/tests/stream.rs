@@ -647,6 +647,67 @@ async fn the_last_owned_guard_of_a_dropped_pool_frees_its_state() {
     assert_eq!(script.clones(), 1, "the last return freed the state");
 }
 
+/// Sixteen threads return owned guards at once after the pool was dropped: more threads than
+/// there are release windows, so some return inside their thread's window and the others under
+/// a reference count of their own. The state goes with the last of them (or with its driver,
+/// if that ends after), once, whoever it is.
+#[test]
+fn owned_guards_of_a_dropped_pool_returned_on_many_threads_at_once() {
+    const THREADS: usize = 16;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (script, _) = Script::echo();
+    // Room for twice the guards: each thread's own acquire below finds some.
+    let pool = Arc::new(runtime.block_on(async { script.pool(4, 8) }));
+    let guards: Vec<_> = (0..THREADS)
+        .map(|_| pool.try_acquire_owned().unwrap())
+        .collect();
+    assert_eq!(pool.stats().table.in_flight, THREADS as u64);
+    let claimed = Arc::new(std::sync::Barrier::new(THREADS + 1));
+    let dropped = Arc::new(std::sync::Barrier::new(THREADS + 1));
+    let threads: Vec<_> = guards
+        .into_iter()
+        .map(|guard| {
+            let (pool, claimed, dropped) = (
+                Arc::clone(&pool),
+                Arc::clone(&claimed),
+                Arc::clone(&dropped),
+            );
+            std::thread::spawn(move || {
+                // A count on this thread claims its counter stripe (and so its release
+                // window) if one is free; the pool's handle goes before the guard does.
+                drop(pool.try_acquire().expect("room"));
+                drop(pool);
+                claimed.wait();
+                dropped.wait();
+                drop(guard);
+            })
+        })
+        .collect();
+    claimed.wait();
+    drop(Arc::try_unwrap(pool).ok().expect("the last handle"));
+    dropped.wait();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    runtime.block_on(async {
+        for _ in 0..10_000 {
+            if script.clones() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    assert_eq!(
+        script.clones(),
+        1,
+        "the state was freed once every guard was back"
+    );
+}
+
 /// A dropped pool with no owned guard out frees its state once its drivers end; owned
 /// guards returned before the drop leave nothing behind.
 #[tokio::test]
