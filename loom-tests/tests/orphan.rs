@@ -14,12 +14,13 @@
 //! Run: `RUSTFLAGS="--cfg slotpool_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release -p
 //! slotpool-loom-tests --test orphan --target-dir target/loom`.
 
+use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use slotpool::slots::Windows;
 use slotpool::{Capacity, Reservation, SlotTable};
-use slotpool_loom_tests::model;
+use slotpool_loom_tests::{model, waited};
 
 /// The pool state: the table, its release windows, and what its drop checks.
 struct State {
@@ -230,5 +231,44 @@ fn an_orphaned_release_that_retires_its_slot() {
     reach.explored(2).reached_all(&[
         "the retiring release was last",
         "the other release was last",
+    ]);
+}
+
+/// An owned release that finds a waiter queued hands its unit over (the checked path inside
+/// its window); the waiter, which borrows the pool's handle, returns the unit and lets go of
+/// its handle, and then the owner lets go with no unit out and frees the state, while the
+/// owned release may still be inside the table after its hand-over: the free waits for its
+/// window.
+#[test]
+fn an_owned_release_handing_its_unit_to_a_waiter() {
+    let reach = model(|reach| {
+        let (state, units, freed) = state(1, 1, 1);
+        let raw = Raw(Arc::as_ptr(&state));
+        let waiter = {
+            let state = Arc::clone(&state);
+            thread::spawn(move || {
+                let (got, slept) = block_on(waited(state.table.reserve()));
+                state.table.release_held(got.expect("the unit comes back"));
+                slept
+            })
+        };
+        let releaser = owned_release_on_a_thread(raw, 0, units[0]);
+        let slept = waiter.join().unwrap();
+        let owner_freed = owner_lets_go(state);
+        assert!(
+            !releaser.join().unwrap(),
+            "no unit was out when the owner let go"
+        );
+        assert!(owner_freed, "the owner's drop frees the state");
+        assert!(freed.load(Ordering::SeqCst), "the state was not freed");
+        reach.hit(if slept {
+            "the waiter slept and got the unit handed over"
+        } else {
+            "the release came first"
+        });
+    });
+    reach.explored(2).reached_all(&[
+        "the waiter slept and got the unit handed over",
+        "the release came first",
     ]);
 }

@@ -140,7 +140,8 @@
 //! reference count for its release instead, which the unit it holds makes safe to take.
 //!
 //! The loom models in `orphan` check both halves: a release racing the owner's drop, two
-//! releases racing it, the last of two orphaned units, and a release that retires its slot;
+//! releases racing it, the last of two orphaned units, a release that retires its slot, and
+//! one that hands its unit to a waiter just before the owner lets go;
 //! the models mark the table freed after the wait, and loom reports any release access not
 //! ordered before that mark.
 //!
