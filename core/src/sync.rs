@@ -761,4 +761,43 @@ mod tests {
         }
         assert_eq!(counter.get(), 2 * THREADS as u64 * EACH);
     }
+
+    /// Threads alive at once hold different owned stripes (each its own release window: see
+    /// `slots::Windows`), a thread keeps its stripe, and a thread that finds every owned
+    /// stripe held gets none (its releases take a reference count instead). Other tests may
+    /// hold stripes meanwhile, so how many are owned here is not asserted.
+    #[cfg(not(slotpool_shuttle))]
+    #[test]
+    fn owned_stripes_are_one_per_live_thread() {
+        const THREADS: usize = OWNED_STRIPES + 4;
+        let claimed = std::sync::Barrier::new(THREADS);
+        let got: Vec<Option<usize>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        let first = super::owned_stripe();
+                        // Every thread is alive while the others claim.
+                        claimed.wait();
+                        assert_eq!(super::owned_stripe(), first, "a thread keeps its stripe");
+                        first
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut owned: Vec<usize> = got.iter().flatten().copied().collect();
+        assert!(owned.iter().all(|&i| i < OWNED_STRIPES), "{got:?}");
+        let held = owned.len();
+        owned.sort_unstable();
+        owned.dedup();
+        assert_eq!(
+            owned.len(),
+            held,
+            "two live threads share a stripe: {got:?}"
+        );
+        assert!(
+            got.iter().any(Option::is_none),
+            "more threads than owned stripes, yet every one owns one: {got:?}"
+        );
+    }
 }
