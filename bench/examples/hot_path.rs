@@ -27,7 +27,7 @@
 //! | `stream` | `StreamPool::acquire().await` and drop the guard (64 streams × depth 8, one open) |
 //! | `stream-try` | `try_acquire()` and drop, in a plain loop (also prints wall ns/round) |
 //! | `stream-async` | as `stream`, printing wall ns/round |
-//! | `stream-owned` | `acquire_owned().await` and drop (the future borrows the pool; the guard owns a handle on its state) |
+//! | `stream-owned` | `acquire_owned().await` and drop (the future borrows the pool; the room the guard holds keeps the pool's state alive, with no reference count) |
 //! | `stream-scan` | as `stream` with 256 streams open and the lowest 240 full (`stream/256-streams-240-full`) |
 //! | `stream-depth1` | as `stream` at `max_queue_depth(1)` (`stream-depth1/uncontended`) |
 //! | `stream-depth1-busy` | `stream-depth1/256-streams-240-busy` |
