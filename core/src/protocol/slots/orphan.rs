@@ -208,3 +208,36 @@ impl fmt::Debug for Window {
         f.debug_struct("Window").field("mark", &self.value).finish()
     }
 }
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::{Windows, WINDOWS};
+
+    /// A window is open from `open` to `close`, each on its own mark; `wait_closed` returns
+    /// at once when every window is closed, and the debug output counts the open ones.
+    #[test]
+    fn windows_open_and_close_on_their_own_marks() {
+        let windows = Windows::new();
+        windows.wait_closed();
+        assert_eq!(format!("{windows:?}"), "Windows { open: 0 }");
+        let first = windows.open(0);
+        let last = windows.open(WINDOWS - 1);
+        assert_eq!(format!("{windows:?}"), "Windows { open: 2 }");
+        assert_eq!(format!("{first:?}"), "Window { mark: 1 }");
+        // SAFETY: `windows` is alive and nothing else uses the marks.
+        unsafe { first.close() };
+        assert_eq!(format!("{windows:?}"), "Windows { open: 1 }");
+        // SAFETY: as above.
+        unsafe { last.close() };
+        windows.wait_closed();
+        let again = windows.open(0);
+        assert_eq!(
+            format!("{again:?}"),
+            "Window { mark: 3 }",
+            "a mark counts on"
+        );
+        // SAFETY: as above.
+        unsafe { again.close() };
+        assert_eq!(format!("{windows:?}"), "Windows { open: 0 }");
+    }
+}

@@ -351,6 +351,18 @@ mod tests {
                         assert_eq!(word.retired().phase(), Phase::Empty);
                         assert_eq!(word.retired().load(), 0);
                         assert_eq!(word.retired().orphaned(), orphaned, "the retire keeps it");
+                        assert_eq!(
+                            word.retired().generation(),
+                            Generation(generation).next(),
+                            "the retire starts the next incarnation"
+                        );
+                        assert!(!word.retired().used());
+                        let shown = format!("{word:?}");
+                        assert!(
+                            shown.contains(&format!("orphaned: {orphaned}"))
+                                && shown.contains(&format!("load: {load}")),
+                            "{shown}"
+                        );
                     }
                 }
             }
