@@ -629,17 +629,10 @@ async fn the_last_owned_guard_of_a_dropped_pool_frees_its_state() {
     );
     drop(pool);
     let metrics = tokio::runtime::Handle::current().metrics();
-    for _ in 0..10_000 {
-        if metrics.num_alive_tasks() == 0 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(
-        metrics.num_alive_tasks(),
-        0,
-        "the driver ended with the pool"
-    );
+    settle_until("the driver ended with the pool", || {
+        metrics.num_alive_tasks() == 0
+    })
+    .await;
     assert_eq!(script.clones(), 2, "the guards keep the state");
     drop(first);
     assert_eq!(script.clones(), 2, "one guard is still out");
@@ -698,19 +691,10 @@ fn owned_guards_of_a_dropped_pool_returned_on_many_threads_at_once() {
     for thread in threads {
         thread.join().unwrap();
     }
-    runtime.block_on(async {
-        for _ in 0..10_000 {
-            if script.clones() == 1 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    });
-    assert_eq!(
-        script.clones(),
-        1,
-        "the state was freed once every guard was back"
-    );
+    runtime.block_on(settle_until(
+        "the state was freed once every guard was back",
+        || script.clones() == 1,
+    ));
 }
 
 /// A dropped pool with no owned guard out frees its state once its drivers end; owned
@@ -721,19 +705,16 @@ async fn a_dropped_pool_without_owned_guards_frees_its_state() {
     let pool = script.pool(1, 2);
     drop(pool.try_acquire_owned().unwrap());
     drop(pool);
-    let metrics = tokio::runtime::Handle::current().metrics();
-    for _ in 0..10_000 {
-        if script.clones() == 1 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    settle_until("the state went with the pool and its driver", || {
+        script.clones() == 1
+    })
+    .await;
     assert_eq!(
-        script.clones(),
-        1,
-        "the state went with the pool and its driver"
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+        0
     );
-    assert_eq!(metrics.num_alive_tasks(), 0);
 }
 
 /// `acquire_owned` borrows the pool only for the wait: a pool that is not in an `Arc` hands
