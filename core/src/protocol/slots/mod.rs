@@ -137,7 +137,11 @@
 //! the `Arc`'s release and acquire between them and the drop), so its `Acquire` load of the
 //! mark sees it odd, or even again once closed, and then every access before the close
 //! happened before the free. A thread with no owned stripe (more threads than stripes) takes a
-//! reference count for its release instead, which the unit it holds makes safe to take.
+//! reference count for its release instead, which the unit it holds makes safe to take. As for
+//! the exclusive table's settling return, a waker that such a release wakes (a hand-over to a
+//! waiter) must not drop or run its task inline inside `wake` (tokio's never do): a task that
+//! let go of the pool's last handle there would wait, on the releasing thread, for that
+//! thread's own window.
 //!
 //! The loom models in `orphan` check both halves: a release racing the owner's drop, two
 //! releases racing it, the last of two orphaned units, a release that retires its slot, and
