@@ -249,10 +249,7 @@ impl<C: StreamConnector> OwnedStreamGuard<C> {
         // A reference of the send's own: the unit goes to the stream's driver, and the wait
         // for the response outlives it. SAFETY: the unit held keeps the state alive (the
         // type's invariant; a guard that has sent is consumed).
-        let shared = unsafe {
-            Arc::increment_strong_count(self.shared.as_ptr());
-            Arc::from_raw(self.shared.as_ptr())
-        };
+        let shared = unsafe { counted(self.shared) };
         send_on(&shared, &mut self.reservation, request).await
     }
 }
@@ -294,12 +291,23 @@ unsafe fn release_owned<C: StreamConnector>(shared: NonNull<Shared<C>>, reservat
         }
         None => {
             // SAFETY: the unit keeps the state alive while the count is taken.
-            let shared = unsafe {
-                Arc::increment_strong_count(state);
-                Arc::from_raw(state)
-            };
+            let shared = unsafe { counted(shared) };
             drop(shared.table.release_owned(reservation));
         }
+    }
+}
+
+/// A reference count of its own on the state an owned guard points to.
+///
+/// # Safety
+/// The state is alive (the guard's unit keeps it so) while this runs.
+#[inline]
+unsafe fn counted<C: StreamConnector>(shared: NonNull<Shared<C>>) -> Arc<Shared<C>> {
+    // SAFETY: the pointer came from an `Arc` of the state (`into_owned`), which the caller's
+    // contract keeps alive.
+    unsafe {
+        Arc::increment_strong_count(shared.as_ptr());
+        Arc::from_raw(shared.as_ptr())
     }
 }
 
