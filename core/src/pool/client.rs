@@ -67,6 +67,7 @@
 
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::mem::ManuallyDrop;
 use std::ops::{ControlFlow, Deref, DerefMut};
 use std::pin::pin;
 use std::time::Duration;
@@ -448,8 +449,8 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     #[inline]
     fn guard(lease: Lease, pooled: Pooled<C, F>) -> ClientGuard<C, F> {
         ClientGuard {
-            lease: Some(lease),
-            pooled: Some(pooled),
+            lease: ManuallyDrop::new(Some(lease)),
+            pooled: ManuallyDrop::new(Some(pooled)),
         }
     }
 
@@ -741,15 +742,17 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> fmt::Debug for ClientPoo
 /// set, or is dropped if the pool was closed.
 #[must_use = "dropping the guard returns the client at once"]
 pub struct ClientGuard<C: ChannelConnector, F: ClientFactory<C::Channel>> {
+    /// `None` only once returned or discarded. `ManuallyDrop`, as `pooled`: the drop below
+    /// always empties both, so neither field has a drop of its own to run (and test) after
+    /// it.
+    lease: ManuallyDrop<Option<Lease>>,
     /// `None` only once returned or discarded.
-    lease: Option<Lease>,
-    /// `None` only once returned or discarded.
-    pooled: Option<Pooled<C, F>>,
+    pooled: ManuallyDrop<Option<Pooled<C, F>>>,
 }
 
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientGuard<C, F> {
     fn pooled(&self) -> &Pooled<C, F> {
-        match &self.pooled {
+        match &*self.pooled {
             Some(pooled) => pooled,
             None => unreachable!("a client guard holds its client until dropped"),
         }
@@ -802,7 +805,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Deref for ClientGuard<C,
 
 impl<C: ChannelConnector, F: ClientFactory<C::Channel>> DerefMut for ClientGuard<C, F> {
     fn deref_mut(&mut self) -> &mut F::Client {
-        match &mut self.pooled {
+        match &mut *self.pooled {
             Some(pooled) => &mut pooled.client,
             None => unreachable!("a client guard holds its client until dropped"),
         }

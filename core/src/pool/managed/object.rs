@@ -1,6 +1,7 @@
 //! [`Object`]: exclusive use of one pooled object, returned to the pool on drop.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 
 use super::{Manager, Meta, Pooled, Shared, Step};
@@ -16,15 +17,16 @@ use crate::sync::Arc;
 #[must_use = "dropping the object returns it to the pool at once"]
 pub struct Object<M: Manager> {
     /// The slot and the object (one `Option`: a return takes both with one write). `None`
-    /// only once returned or taken.
-    held: Option<(Lease, Pooled<M>)>,
+    /// only once returned or taken. `ManuallyDrop`: the drop below always empties it, so the
+    /// field has no drop of its own to run (and test) after it.
+    held: ManuallyDrop<Option<(Lease, Pooled<M>)>>,
 }
 
 impl<M: Manager> Object<M> {
     #[inline]
     pub(super) fn new(lease: Lease, pooled: Pooled<M>) -> Self {
         Object {
-            held: Some((lease, pooled)),
+            held: ManuallyDrop::new(Some((lease, pooled))),
         }
     }
 
@@ -41,7 +43,7 @@ impl<M: Manager> Object<M> {
     }
 
     fn pooled(&self) -> &Pooled<M> {
-        match &self.held {
+        match &*self.held {
             Some((_, pooled)) => pooled,
             None => unreachable!("an object holds its value until dropped or taken"),
         }
@@ -100,7 +102,7 @@ impl<M: Manager> Deref for Object<M> {
 impl<M: Manager> DerefMut for Object<M> {
     #[inline]
     fn deref_mut(&mut self) -> &mut M::Type {
-        match &mut self.held {
+        match &mut *self.held {
             Some((_, pooled)) => pooled.object_mut(),
             None => unreachable!("an object holds its value until dropped or taken"),
         }
