@@ -820,7 +820,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> Drop for ClientGuard<C, 
         // No reference count of our own: the client keeps the pool alive until the return
         // ends (the slot's `settling` flag; see `Anchor`).
         let anchor: *const CachePadded<Anchor<C, F>> = Arc::as_ptr(&pooled.anchor);
-        let keep = || {
+        let keep = move || {
             // SAFETY: the anchor is ours until the client is in its cell, and stays alive
             // while our `settling` flag is set; `keep` runs only then.
             let anchor: &Anchor<C, F> = unsafe { &*anchor };

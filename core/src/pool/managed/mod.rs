@@ -1267,7 +1267,7 @@ impl<M: Manager> Shared<M> {
         // A reference of our own, for the paths that need the pool past the moment the object
         // leaves our hands. SAFETY: called only while the object (and so its anchor) is ours,
         // or in its cell with our `settling` flag set (no one can drop it then).
-        let keep = || {
+        let keep = move || {
             // SAFETY: as above.
             let anchor: &Anchor<M> = unsafe { &*anchor };
             Arc::clone(&anchor.shared)
