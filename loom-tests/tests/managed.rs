@@ -747,6 +747,97 @@ fn a_surplus_value_counts_until_closed_across_a_regrowth() {
         .reached_all(&["built after the close", "refused during the close"]);
 }
 
+// --- the bound with three parties -------------------------------------------------------
+
+/// Raises the count of values that exist for a build in a table of size `size`, asserting
+/// the build did not overshoot it.
+fn built_within(alive: &loom::sync::atomic::AtomicUsize, size: usize) {
+    let before = alive.fetch_add(1, Ordering::SeqCst);
+    assert!(
+        before < size,
+        "a value was built while {before} already existed in a table of size {size}"
+    );
+}
+
+/// Tries for a value (size-`size` table), counting a build in `alive`, and keeps what it got
+/// in its slot. True if it built one.
+fn try_build_and_keep(
+    slots: &ExclusiveSlots<u32>,
+    alive: &loom::sync::atomic::AtomicUsize,
+    size: usize,
+) -> bool {
+    match slots.try_checkout() {
+        Ok(Checkout::Idle { lease, value }) => {
+            assert!(matches!(slots.check_in(lease, value, 2), CheckIn::Kept));
+            false
+        }
+        Ok(Checkout::Vacant { lease }) => {
+            built_within(alive, size);
+            slots.occupy(&lease);
+            assert!(matches!(slots.check_in(lease, 8, 2), CheckIn::Kept));
+            true
+        }
+        Err(TryAcquireError::NoCapacity) => false,
+        Err(e) => panic!("unexpected {e:?}"),
+    }
+}
+
+/// The bound is read from two counts (`live`, `closing`), so it takes three parties to break:
+/// size 2, value 7 held; two openers try for a value while the holder discards 7 and closes
+/// it. An opener that read the counts before the other opener's unit and the discard (live
+/// 1, closing 0), and whose unit lands after both, must not find room: 7 still exists
+/// (closing), and so does the other opener's value. Two openers and no discard, or one opener
+/// and the discard, cannot tell a check of `live` and `closing` read apart from one read of
+/// both; only the third party can.
+/// Reached: both openers built (one after the close), and one refused while 7 was closing.
+#[test]
+fn two_openers_and_a_discard_never_exceed_the_bound() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(2, &[7]));
+        let alive = Arc::new(loom::sync::atomic::AtomicUsize::new(1));
+        let closing = Arc::new(AtomicBool::new(false));
+        let (lease, value) = take(&slots);
+        // The discard first and this thread's try last, so that the overshoot takes two
+        // preemptions (this thread after reading the counts, the holder between the discard
+        // and the close), within CI's bound of 3.
+        let holder = {
+            let (slots, alive, closing) =
+                (Arc::clone(&slots), Arc::clone(&alive), Arc::clone(&closing));
+            thread::spawn(move || {
+                let retired = slots.retire_value(lease, value);
+                closing.store(true, Ordering::SeqCst);
+                alive.fetch_sub(1, Ordering::SeqCst);
+                closing.store(false, Ordering::SeqCst);
+                drop(retired);
+            })
+        };
+        let other = {
+            let (slots, alive, closing) =
+                (Arc::clone(&slots), Arc::clone(&alive), Arc::clone(&closing));
+            thread::spawn(move || {
+                let built = try_build_and_keep(&slots, &alive, 2);
+                (built, closing.load(Ordering::SeqCst))
+            })
+        };
+        let built = try_build_and_keep(&slots, &alive, 2);
+        let ours = (built, closing.load(Ordering::SeqCst));
+        holder.join().unwrap();
+        let theirs = other.join().unwrap();
+        reach.hit_if(ours.0 && theirs.0, "both openers built");
+        reach.hit_if(
+            (!ours.0 && ours.1) || (!theirs.0 && theirs.1),
+            "an opener refused while 7 was closing",
+        );
+        assert_eq!(slots.closing(), 0);
+        assert!(slots.live() <= 2, "{} values for a size of 2", slots.live());
+        assert_settled(&slots);
+    });
+    reach.explored(2).reached_all(&[
+        "both openers built",
+        "an opener refused while 7 was closing",
+    ]);
+}
+
 // --- rotating reuse (`QueueMode::Fifo`) ----------------------------------------------------
 
 /// A rotating table of `size` slots with `values` idle in slots 0, 1, … and its cursor moved

@@ -18,15 +18,19 @@
 //!   slot's room bit set and a return finds it set, so neither touches the bitmap unless a
 //!   caller tripped over the stale bit in between (the slot table's module docs tell why no
 //!   waiter can miss a release that way).
-//! * The **bound**, one cache line with three words: `live`, the values in slots (claimed
-//!   for building, built, idle or in use, until retired), `closing`, the values retired from
-//!   their slots that their owner is still closing (a database connection being detached
-//!   and dropped), and `size`, the most values that may exist. Opening a new slot first
-//!   takes a unit of `live` with a CAS that finds `live + closing` below `size`; retiring a
-//!   slot's value moves its unit to `closing`, and the owner gives it back once the value is
+//! * The **bound**, one cache line with two words: the **counts** word, which packs `live`
+//!   (the values in slots: claimed for building, built, idle or in use, until retired) and
+//!   `closing` (the values retired from their slots that their owner is still closing: a
+//!   database connection being detached and dropped), and `size`, the most values that may
+//!   exist. Opening a new slot first takes a unit of `live` with a CAS on the counts word that
+//!   finds `live + closing` below `size`; retiring a slot's value moves its unit from `live`
+//!   to `closing` with one RMW of that word, and the owner gives it back once the value is
 //!   closed (dropping the [`Retired`] the table handed it), so **a value counts against the
-//!   bound until it is gone**, not until it left its slot. Checkouts and returns of existing
-//!   values never write the bound.
+//!   bound until it is gone**, not until it left its slot. The two counts share a word
+//!   because the bound is their sum: an opener that read them as two words could check a sum
+//!   that never existed (its CAS on `live` alone cannot see `live` rise and fall back while a
+//!   retirement moved a unit to `closing`), and a third value would be built beside two.
+//!   Checkouts and returns of existing values never write the bound.
 //! * Next to each slot (on the slot's own cache line, which the table's CAS has just brought
 //!   to the owner's core) an [`ExclusiveCell`] holds the idle value in an `UnsafeCell`
 //!   (**whoever holds the slot's unit of load has exclusive access to it**: the checked CAS
@@ -134,10 +138,11 @@
 //! word is not `Empty` (outside the few instructions of a hand-over); it is `None` while a
 //! holder or a builder owns the value, and after a reap, retirement or failed build.
 //! INVARIANT: `live` counts the slots claimed for a value and not yet retired, `closing` the
-//! retired values not yet closed by their owner; `live` only ever rises by a CAS that finds
-//! `live + closing` below `size`, and a retirement raises `closing` before it lowers `live`,
-//! so that sum never reads low: **values that exist never outnumber `size`** (except just
-//! after a shrink, until the surplus is retired).
+//! retired values not yet closed by their owner; both live in one word, `live` only ever
+//! rises by a CAS of that word that finds `live + closing` below `size`, and a retirement
+//! moves its unit from one to the other in one RMW, so the sum never reads low: **values
+//! that exist never outnumber `size`** (except just after a shrink, until the surplus is
+//! retired).
 //!
 //! # Returning without a reference count
 //!
@@ -728,18 +733,57 @@ pub struct ExclusiveCounts {
     pub table: TableStats,
 }
 
-/// The live count and its bound (module docs, "The parts"). One cache line: a return reads
-/// both, and only opening or retiring a slot writes `live`.
+/// The live and closing counts and their bound (module docs, "The parts"). One cache line: a
+/// return reads the counts and the size, and only opening or retiring a slot writes the
+/// counts.
 struct Bound {
-    /// Values in slots: claimed for a value and not yet retired. INVARIANT: rises only by a
-    /// CAS that finds `live + closing` below `size`; falls exactly once per retired slot.
-    live: AtomicUsize,
+    /// `live` and `closing`, one word ([`Counts`]): the bound is their sum, so they are read
+    /// and changed together. INVARIANT: `live` rises only by a CAS that finds `live +
+    /// closing` below `size`; a retirement moves a unit from `live` to `closing` in one RMW;
+    /// `closing` falls only when the owner is done with the value.
+    counts: AtomicU64,
     /// The most values that may exist; `usize::MAX` when unbounded, 0 once closed.
     size: AtomicUsize,
-    /// Values retired from their slots that their owner has not closed yet (units held by a
-    /// [`Retired`]). INVARIANT: raised before the retirement lowers `live`, lowered only when
-    /// the owner is done with the value.
-    closing: AtomicUsize,
+}
+
+/// The counts word of [`Bound`]: `closing << 32 | live`. Both counts are at most
+/// [`MAX_SIZE`] (plus the surplus a shrink leaves), far below 2³², so neither half carries
+/// into the other.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Counts(u64);
+
+impl Counts {
+    /// One unit of `live`.
+    const LIVE: u64 = 1;
+    /// One unit of `closing`.
+    const CLOSING: u64 = 1 << 32;
+    /// What a retirement adds to the word: one unit of `closing`, less one of `live` (no
+    /// borrow crosses the halves while `live` is at least 1).
+    const LIVE_TO_CLOSING: u64 = Self::CLOSING - Self::LIVE;
+
+    /// Values in slots, not yet retired.
+    fn live(self) -> usize {
+        (self.0 & 0xFFFF_FFFF) as usize
+    }
+
+    /// Retired values still being closed by their owner.
+    fn closing(self) -> usize {
+        (self.0 >> 32) as usize
+    }
+
+    /// Values that exist: the sum the bound limits.
+    fn existing(self) -> usize {
+        self.live() + self.closing()
+    }
+}
+
+impl fmt::Debug for Counts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counts")
+            .field("live", &self.live())
+            .field("closing", &self.closing())
+            .finish()
+    }
 }
 
 /// The exclusive-value protocol the [`ClientPool`] and the managed [`Pool`] are built on: a
@@ -784,9 +828,8 @@ impl<T> ExclusiveSlots<T> {
         Ok(Self {
             table: SlotTable::new(Capacity::Unbounded, 1)?,
             bound: CachePadded::new(Bound {
-                live: AtomicUsize::new(0),
+                counts: AtomicU64::new(0),
                 size: AtomicUsize::new(size),
-                closing: AtomicUsize::new(0),
             }),
             reaping: Mutex::new(()),
             cursor: match reuse {
@@ -984,29 +1027,30 @@ impl<T> ExclusiveSlots<T> {
         }
     }
 
+    /// The live and closing counts (one load).
+    #[inline]
+    fn counts_now(&self) -> Counts {
+        Counts(self.bound.counts.load(Ordering::SeqCst))
+    }
+
     /// Takes a unit of `live` if that keeps the values that exist (`live + closing`) within
-    /// `size`.
-    ///
-    /// `closing` is loaded after `live` and the CAS succeeds only if `live` did not move in
-    /// between: a retirement raises `closing` before it lowers `live`, so a sum taken while
-    /// `live` stood still never misses a value that is still closing.
+    /// `size`. One CAS of the counts word: the sum it checks is the sum it changes.
     fn take_live(&self) -> bool {
         let bound = &self.bound;
-        let mut live = bound.live.load(Ordering::SeqCst);
+        let mut counts = self.counts_now();
         loop {
-            let closing = bound.closing.load(Ordering::SeqCst);
-            if live.saturating_add(closing) >= bound.size.load(Ordering::SeqCst) {
+            if counts.existing() >= bound.size.load(Ordering::SeqCst) {
                 return false;
             }
-            match bound.live.compare_exchange_weak(
-                live,
-                live + 1,
+            match bound.counts.compare_exchange_weak(
+                counts.0,
+                counts.0 + Counts::LIVE,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
                 Ok(_) => return true,
-                // Another opener or a retirement moved it: recheck against the bound.
-                Err(actual) => live = actual,
+                // Another opener, a retirement or a close moved a count: recheck the sum.
+                Err(actual) => counts = Counts(actual),
             }
         }
     }
@@ -1014,41 +1058,56 @@ impl<T> ExclusiveSlots<T> {
     /// Gives a unit of `live` back and wakes the oldest waiter to use it (our RMW, then the
     /// gate's load: Dekker with a waiter's enqueue and recheck).
     fn give_live_back(&self) {
-        let before = self.bound.live.fetch_sub(1, Ordering::SeqCst);
-        debug_assert!(before > 0, "the live count went below zero");
+        let before = Counts(self.bound.counts.fetch_sub(Counts::LIVE, Ordering::SeqCst));
+        debug_assert!(before.live() > 0, "the live count went below zero");
         self.table.gate().notify_one();
     }
 
-    /// Moves a retired slot's unit from `live` to `closing`, raising `closing` first (see
-    /// [`ExclusiveSlots::take_live`]).
+    /// Moves a retired slot's unit from `live` to `closing` (one RMW: the sum does not move).
     fn live_to_closing(&self) {
-        self.bound.closing.fetch_add(1, Ordering::SeqCst);
-        let before = self.bound.live.fetch_sub(1, Ordering::SeqCst);
-        debug_assert!(before > 0, "the live count went below zero");
+        let before = Counts(
+            self.bound
+                .counts
+                .fetch_add(Counts::LIVE_TO_CLOSING, Ordering::SeqCst),
+        );
+        debug_assert!(before.live() > 0, "the live count went below zero");
     }
 
-    /// [`ExclusiveSlots::claim_surplus`] that keeps the claimed unit in `closing` (raised
-    /// first, as in [`ExclusiveSlots::live_to_closing`]): true if this caller is to retire one
-    /// value, whose [`Retired`] then holds the unit.
+    /// Moves a unit from `live` to `closing` only while `live` is above `size` (a retirement
+    /// the bound asks for): true if this caller is to retire one value, whose [`Retired`]
+    /// then holds the unit.
     #[cold]
     fn claim_surplus_closing(&self) -> bool {
-        self.bound.closing.fetch_add(1, Ordering::SeqCst);
-        if self.claim_surplus() {
-            return true;
+        let bound = &self.bound;
+        let mut counts = self.counts_now();
+        loop {
+            if counts.live() <= bound.size.load(Ordering::SeqCst) {
+                return false;
+            }
+            match bound.counts.compare_exchange_weak(
+                counts.0,
+                counts.0 + Counts::LIVE_TO_CLOSING,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                // Another retirement or an opener moved it: recheck against the bound.
+                Err(actual) => counts = Counts(actual),
+            }
         }
-        // Nothing to retire: the raise stood for no value. Openers that saw it found no room
-        // anyway (a claim is tried only above the bound), but whoever waits rechecks.
-        self.end_closing(1);
-        false
     }
 
     /// Takes back a claim of [`ExclusiveSlots::claim_surplus_closing`] whose value could not
-    /// be taken after all: the unit returns to `live` (over the bound, where openers find no
-    /// room) before it leaves `closing`.
+    /// be taken after all: the unit returns from `closing` to `live` (over the bound, where
+    /// openers find no room; the sum does not move, so nobody is woken).
     #[cold]
     fn unclaim_surplus_closing(&self) {
-        self.unclaim_surplus();
-        self.end_closing(1);
+        let before = Counts(
+            self.bound
+                .counts
+                .fetch_sub(Counts::LIVE_TO_CLOSING, Ordering::SeqCst),
+        );
+        debug_assert!(before.closing() > 0, "the closing count went below zero");
     }
 
     /// The owner closed `units` retired values: their units of `closing` go back, each
@@ -1058,48 +1117,24 @@ impl<T> ExclusiveSlots<T> {
         if units == 0 {
             return;
         }
-        let before = self.bound.closing.fetch_sub(units, Ordering::SeqCst);
-        debug_assert!(before >= units, "the closing count went below zero");
+        let before = Counts(
+            self.bound
+                .counts
+                .fetch_sub(units as u64 * Counts::CLOSING, Ordering::SeqCst),
+        );
+        debug_assert!(
+            before.closing() >= units,
+            "the closing count went below zero"
+        );
         for _ in 0..units {
             self.table.gate().notify_one();
         }
     }
 
-    /// Takes a unit of `live` back only while it is above `size` (a retirement the bound asks
-    /// for): true if this caller is to retire one value.
-    #[cold]
-    fn claim_surplus(&self) -> bool {
-        let bound = &self.bound;
-        let mut live = bound.live.load(Ordering::SeqCst);
-        loop {
-            if live <= bound.size.load(Ordering::SeqCst) {
-                return false;
-            }
-            match bound.live.compare_exchange_weak(
-                live,
-                live - 1,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return true,
-                // Another retirement or an opener moved it: recheck against the bound.
-                Err(actual) => live = actual,
-            }
-        }
-    }
-
-    /// Gives back a unit taken by [`ExclusiveSlots::claim_surplus`] whose value could not be
-    /// taken after all. The count goes back over the bound; no opener can have used the gap
-    /// (a claim leaves the count at or above the bound, where openers find no room).
-    #[cold]
-    fn unclaim_surplus(&self) {
-        self.bound.live.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Whether more values exist than the bound allows (two loads of one line).
+    /// Whether more values are in slots than the bound allows (two loads of one line).
     #[inline]
     fn over_bound(&self) -> bool {
-        self.bound.live.load(Ordering::SeqCst) > self.bound.size.load(Ordering::SeqCst)
+        self.counts_now().live() > self.bound.size.load(Ordering::SeqCst)
     }
 
     /// Checks the idle word after joining a Ready slot and takes the value (counting a
@@ -1416,13 +1451,12 @@ impl<T> ExclusiveSlots<T> {
     /// Values that exist now (built, being built, idle or in use, or retired and still
     /// being closed by their owner): the live count plus the closing count.
     pub fn live(&self) -> usize {
-        let live = self.bound.live.load(Ordering::SeqCst);
-        live + self.bound.closing.load(Ordering::SeqCst)
+        self.counts_now().existing()
     }
 
     /// Retired values their owners are still closing (held by a [`Retired`]).
     pub fn closing(&self) -> usize {
-        self.bound.closing.load(Ordering::SeqCst)
+        self.counts_now().closing()
     }
 
     /// Retires idle values while more exist than the bound allows, highest slot first (all of
