@@ -718,3 +718,102 @@ async fn build_eager_answers_the_first_failure_and_keeps_nothing() {
         "{error}"
     );
 }
+
+/// A manager that never reaches its server: every creation fails.
+struct Unreachable;
+
+impl slotpool::managed::Manager for Unreachable {
+    type Type = ();
+    type Error = Injected;
+
+    async fn create(&self) -> Result<(), Injected> {
+        tokio::task::yield_now().await;
+        Err(Injected)
+    }
+}
+
+/// A one-object pool (`min_idle == max_size`, bb8's common case) built eagerly answers only
+/// once its object exists, and never `Ok` when the server cannot be reached: the background
+/// task that keeps `min_idle` (which `build` starts inside a runtime) must not take the only
+/// room first and leave `build_eager` with nothing to create and nothing to report. Run many
+/// times on a runtime with idle workers, where that task would start at once on another
+/// thread (a race a few instructions wide, seldom lost on two cores: the paused-clock test
+/// below pins the order deterministically).
+#[test]
+fn build_eager_of_a_one_object_pool_answers_only_for_its_object() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for round in 0..1_000 {
+        let built = runtime.block_on(
+            Pool::builder(Unreachable)
+                .max_size(1)
+                .min_idle(1)
+                .build_eager(),
+        );
+        assert!(
+            built.is_err(),
+            "round {round}: Ok with an unreachable server"
+        );
+        let pool = runtime
+            .block_on(
+                Pool::builder(Scripted::new())
+                    .max_size(1)
+                    .min_idle(1)
+                    .build_eager(),
+            )
+            .expect("every creation succeeds");
+        let status = pool.status();
+        assert_eq!(
+            (status.size, status.available),
+            (1, 1),
+            "round {round}: answered before its object was idle"
+        );
+    }
+}
+
+/// A manager whose creations take a while (on tokio's clock), counting how many run at once.
+#[derive(Default)]
+struct SlowCreate {
+    running: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl slotpool::managed::Manager for SlowCreate {
+    type Type = ();
+    type Error = Injected;
+
+    async fn create(&self) -> Result<(), Injected> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let running = self.running.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(running, SeqCst);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.running.fetch_sub(1, SeqCst);
+        Ok(())
+    }
+}
+
+/// `build_eager` answers once all of its `min_idle` objects exist and are idle, one creation
+/// at a time: the background task that keeps `min_idle` starts only after them, so it cannot
+/// take the room of one of them while the first is still being created (the build then
+/// found no room for the second and answered with one object idle and one still being made).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn build_eager_answers_once_every_first_object_is_idle() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let pool = Pool::builder(SlowCreate::default())
+        .max_size(2)
+        .min_idle(2)
+        .build_eager()
+        .await
+        .expect("every creation succeeds");
+    let status = pool.status();
+    assert_eq!((status.size, status.available), (2, 2), "{status:?}");
+    assert_eq!(
+        pool.manager().peak.load(SeqCst),
+        1,
+        "one creation at a time"
+    );
+    assert_eq!(pool.stats().created, 2);
+}

@@ -427,6 +427,13 @@ impl<M: Manager> PoolBuilder<M> {
     /// `reap_interval`, or a back-off that is on with a zero first pause
     /// (`create_backoff.first`) or one longer than its longest (`create_backoff.backoff`).
     pub fn build(self) -> Result<Pool<M>, ConfigError> {
+        self.build_starting(true)
+    }
+
+    /// [`PoolBuilder::build`], starting the background task now (inside a runtime) only if
+    /// `start`: [`PoolBuilder::build_eager`] starts it once its first objects exist, so that
+    /// the task's `min_idle` top-up cannot take their room while they are being created.
+    fn build_starting(self, start: bool) -> Result<Pool<M>, ConfigError> {
         if self.max_size == 0 {
             return Err(ConfigError::Zero("max_size"));
         }
@@ -515,7 +522,7 @@ impl<M: Manager> PoolBuilder<M> {
                 .growing(nanos(self.create_backoff.first))
                 .jittered(),
             });
-            if let Some(runtime) = &runtime {
+            if let Some(runtime) = runtime.as_ref().filter(|_| start) {
                 shared.start_maintainer(runtime);
             }
             PoolHandle { shared }
@@ -560,7 +567,11 @@ impl<M: Manager> PoolBuilder<M> {
     /// [`BuildError::Create`] with the first creation's error ([`BuildError::manager_error`]
     /// is the manager's own, as bb8 returns it).
     pub async fn build_eager(self) -> Result<Pool<M>, BuildError<M::Error>> {
-        let pool = self.build()?;
+        // The background task starts after the first objects (in `fill_or_close`): started
+        // now, its `min_idle` top-up could take their room while they are being created, and
+        // this build would answer with them not all idle, or `Ok` for a server it never
+        // reached.
+        let pool = self.build_starting(false)?;
         let wanted = pool.shared().config.min_idle.max(1);
         pool.fill_or_close(wanted)
             .await

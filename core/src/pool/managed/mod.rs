@@ -688,12 +688,15 @@ impl<M: Manager> Pool<M> {
     }
 
     /// [`PoolBuilder::build_eager`]'s second half: creates `wanted` idle objects, closing
-    /// the pool at the first failure.
+    /// the pool at the first failure, then starts the background task (not before: it would
+    /// race these creations for their room).
     pub(super) async fn fill_or_close(&self, wanted: usize) -> Result<(), PoolError<M::Error>> {
         let shared = self.shared();
-        shared.ensure_maintainer();
         match shared.fill(wanted).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                shared.ensure_maintainer();
+                Ok(())
+            }
             Err((_, error)) => {
                 shared.close();
                 Err(error)
