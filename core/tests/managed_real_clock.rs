@@ -85,3 +85,25 @@ async fn without_a_reaper_a_return_is_stamped_when_it_happens() {
     let returned = Object::meta(&object).returned().expect("stamped");
     assert!(before_return <= returned && returned <= after_return);
 }
+
+/// `max_lifetime` is checked at return on a real clock under the default background reaper
+/// (every 30 s): an object returned past its lifetime is dropped then, counted in `expired`,
+/// although the return's stamp (the reaper's recent time) may be far behind. The check costs
+/// a clock read only when the stamp cannot rule the lifetime out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_returned_past_its_lifetime_is_dropped_under_the_default_reaper() {
+    let pool = Pool::builder(Counter)
+        .max_size(1)
+        .max_lifetime(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let object = pool.get().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(object);
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.expired, stats.status.size),
+        (1, 0),
+        "dropped at its return: {stats:?}"
+    );
+}

@@ -1276,11 +1276,13 @@ impl<M: Manager> Shared<M> {
             Arc::clone(&anchor.shared)
         };
         // Not before its creation (which read the clock): the recent time may lag behind.
-        let stamp = self.time.recent().max(pooled.anchor.created);
+        let created = pooled.anchor.created;
+        let stamp = self.time.recent().max(created);
+        // The stamp may be up to a reap interval early: where it cannot tell, the clock does.
         if self
             .config
             .max_lifetime
-            .is_some_and(|lifetime| stamp.saturating_sub(pooled.anchor.created) >= lifetime)
+            .is_some_and(|lifetime| self.time.passed_since(stamp, created, lifetime))
         {
             let kept = keep();
             self.discard(lease, pooled, Gone::Expired);

@@ -69,6 +69,27 @@ impl RecentClock {
         self.stamp(self.clock.recent()).max(recent)
     }
 
+    /// Whether `span` nanoseconds have passed since the stamp `since`, given a return stamp
+    /// `recent` taken just now ([`RecentClock::recent`], at most `staleness` early): decided
+    /// from the stamp where it can be (the span is surely over, or surely not even at the
+    /// latest the stamp stands for), else by one clock read.
+    #[inline]
+    pub(crate) fn passed_since(&self, recent: u64, since: u64, span: u64) -> bool {
+        if recent.saturating_sub(since) >= span {
+            return true;
+        }
+        if recent.saturating_add(self.staleness).saturating_sub(since) < span {
+            return false;
+        }
+        self.read_passed_since(since, span)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_passed_since(&self, since: u64, span: u64) -> bool {
+        self.now().saturating_sub(since) >= span
+    }
+
     /// Records a reap pass at `now` (a stamp): returns from now on are stamped at least that.
     pub(crate) fn passed(&self, now: u64) {
         self.recent.fetch_max(now, Ordering::Relaxed);
@@ -88,5 +109,47 @@ impl RecentClock {
     /// `now` (a stamp).
     pub(crate) fn latest(&self, stamp: u64, now: u64) -> quanta::Instant {
         self.instant(stamp.saturating_add(self.staleness).min(now))
+    }
+}
+
+#[cfg(all(test, not(slotpool_loom)))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A clock whose stamps may be 30 ms early, read at 100 ms.
+    fn at_100_ms() -> (RecentClock, std::sync::Arc<quanta::Mock>) {
+        let (clock, mock) = quanta::Clock::mock();
+        let time = RecentClock::new(clock, Some(Duration::from_millis(30)));
+        mock.increment(Duration::from_millis(100));
+        (time, mock)
+    }
+
+    #[test]
+    fn a_stamp_that_shows_the_span_over_decides_without_the_clock() {
+        let (time, _) = at_100_ms();
+        // Stamped at 60 ms, since 10 ms, a span of 50 ms: over even if the stamp is exact.
+        assert!(time.passed_since(60 * MS, 10 * MS, 50 * MS));
+    }
+
+    #[test]
+    fn a_stamp_too_early_even_at_its_latest_decides_without_the_clock() {
+        let (time, _) = at_100_ms();
+        // Stamped at 20 ms (at the latest 50 ms), since 10 ms, a span of 50 ms: not over,
+        // although the clock (100 ms) says it is: the stamp is trusted where it can tell.
+        assert!(!time.passed_since(20 * MS, 10 * MS, 50 * MS));
+    }
+
+    #[test]
+    fn a_stamp_that_cannot_tell_reads_the_clock() {
+        let (time, mock) = at_100_ms();
+        // Stamped at 75 ms (at the latest 105 ms), since 40 ms, a span of 50 ms: the stamp
+        // says 35 to 65 ms, so the clock decides: 60 ms, over.
+        assert!(time.passed_since(75 * MS, 40 * MS, 50 * MS));
+        // Since 55 ms: 20 to 50 ms by the stamp, 45 ms by the clock.
+        assert!(!time.passed_since(75 * MS, 55 * MS, 50 * MS));
+        mock.increment(Duration::from_millis(5));
+        assert!(time.passed_since(75 * MS, 55 * MS, 50 * MS));
     }
 }
