@@ -817,3 +817,46 @@ async fn build_eager_answers_once_every_first_object_is_idle() {
     );
     assert_eq!(pool.stats().created, 2);
 }
+
+/// A manager of numbers that counts its creations.
+#[derive(Default)]
+struct Numbers(std::sync::atomic::AtomicU64);
+
+impl slotpool::managed::Manager for Numbers {
+    type Type = u64;
+    type Error = Injected;
+
+    async fn create(&self) -> Result<u64, Injected> {
+        Ok(self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// `Stats::checkouts` counts what `get`s took from their slots, not the objects the pool made
+/// to keep idle: `build_eager`'s, `min_idle`'s top-up (here through `prewarm`), and those
+/// handed in with `add`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn checkouts_count_gets_not_the_pools_own_creations() {
+    let pool = Pool::builder(Numbers::default())
+        .max_size(8)
+        .min_idle(2)
+        .reap_interval(None)
+        .build_eager()
+        .await
+        .unwrap();
+    assert_eq!(pool.stats().checkouts, 0, "build_eager's objects");
+    pool.add(100).unwrap();
+    assert_eq!(pool.stats().checkouts, 0, "an added object");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(pool.get().await.unwrap());
+    }
+    assert_eq!(pool.stats().checkouts, 3, "three gets");
+    assert!(pool.prewarm().await > 0, "min_idle was topped up");
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.checkouts, stats.status.available),
+        (3, 2),
+        "the top-up: {stats:?}"
+    );
+    drop(held);
+}

@@ -724,7 +724,8 @@ pub struct ExclusiveCounts {
     pub live: usize,
     /// Idle values.
     pub idle: usize,
-    /// Values handed out (idle ones taken, built ones occupied), all slots and incarnations.
+    /// Values handed out (idle ones taken, built ones occupied but not with
+    /// [`ExclusiveSlots::occupy_idle`]), all slots and incarnations.
     pub checkouts: u64,
     /// The live count's bound, `None` when unbounded ([`ExclusiveSlots::resize`]; 0 once
     /// closed).
@@ -1241,11 +1242,24 @@ impl<T> ExclusiveSlots<T> {
     /// [`ExclusiveSlots::occupy`], recording when the value was built (the caller's stamp,
     /// shown to [`ExclusiveSlots::reap_by`]'s predicate for lifetime caps).
     pub fn occupy_born(&self, lease: &Lease, born: u64) {
+        self.occupy_counting(lease, born, true);
+    }
+
+    /// [`ExclusiveSlots::occupy_born`] for a value built to go idle, not handed out (an
+    /// owner's minimum of idle values, a value handed in from outside): not counted as a
+    /// checkout.
+    pub fn occupy_idle(&self, lease: &Lease, born: u64) {
+        self.occupy_counting(lease, born, false);
+    }
+
+    fn occupy_counting(&self, lease: &Lease, born: u64, count: bool) {
         self.table.with_slot(lease.index(), |slot| {
             let cell = slot.data();
             // Published to the reaper by the release that first makes the value idle.
             cell.born.store(born, Ordering::Release);
-            cell.count_checkout();
+            if count {
+                cell.count_checkout();
+            }
         });
         // `false` if the slot was Ready already (a rebuilt value): nothing to do then.
         let _ = self.table.mark_ready(lease.index(), lease.generation());

@@ -41,16 +41,20 @@ pub(super) struct Creating<M: Manager> {
     /// Whether this creation is the create back-off's probe: its outcome, whatever ends it,
     /// is reported (a probe that never reported would hold creations back for good).
     probe: bool,
+    /// Whether a `get` started it (the object is that get's checkout), or the pool did, to
+    /// keep objects idle (`min_idle`, `build_eager`): not a checkout.
+    by_get: bool,
 }
 
 impl<M: Manager> Creating<M> {
     /// The creation in `lease`'s slot, under the `create` deadline `timeout`; `probe` if the
-    /// create back-off admitted it as its probe.
+    /// create back-off admitted it as its probe; `by_get` if a `get` started it.
     pub(super) fn new(
         shared: Arc<Shared<M>>,
         lease: Lease,
         timeout: Option<Duration>,
         probe: bool,
+        by_get: bool,
     ) -> Self {
         let build: Build<M> = Box::pin(Contained::new(build(Arc::clone(&shared), timeout)));
         Creating {
@@ -58,6 +62,7 @@ impl<M: Manager> Creating<M> {
             lease: Some(lease),
             build: Some(build),
             probe,
+            by_get,
         }
     }
 }
@@ -118,13 +123,15 @@ pub(super) async fn build<M: Manager>(
 }
 
 impl<M: Manager> Shared<M> {
-    /// Ends a creation in `lease`'s slot: the object is occupied and returned, or the slot
-    /// retired and the failure counted; the create back-off hears how it went.
+    /// Ends a creation in `lease`'s slot: the object is occupied (counted as a checkout if
+    /// `by_get`) and returned, or the slot retired and the failure counted; the create
+    /// back-off hears how it went.
     fn created(
         &self,
         lease: Lease,
         built: Result<Result<Pooled<M>, PoolError<M::Error>>, Panic>,
         probe: bool,
+        by_get: bool,
     ) -> Result<Object<M>, PoolError<M::Error>> {
         let built = built.unwrap_or_else(|panic| {
             // The build is contained as a whole; its own steps report their panics, so this
@@ -138,7 +145,11 @@ impl<M: Manager> Shared<M> {
         self.creation_ended(built.as_ref().err(), probe);
         match built {
             Ok(pooled) => {
-                self.slots.occupy_born(&lease, pooled.anchor.created);
+                if by_get {
+                    self.slots.occupy_born(&lease, pooled.anchor.created);
+                } else {
+                    self.slots.occupy_idle(&lease, pooled.anchor.created);
+                }
                 self.counters.created.incr();
                 tracing::debug!(slot = lease.index(), "object created");
                 Ok(Object::new(lease, pooled))
@@ -183,7 +194,7 @@ impl<M: Manager> Future for Creating<M> {
         let Some(lease) = this.lease.take() else {
             unreachable!("the lease is held until the creation resolves");
         };
-        Poll::Ready(this.shared.created(lease, built, this.probe))
+        Poll::Ready(this.shared.created(lease, built, this.probe, this.by_get))
     }
 }
 
@@ -234,7 +245,9 @@ impl<M: Manager> Orphan<M> {
             return;
         };
         let shared = &self.shared;
-        match shared.created(lease, built, self.probe) {
+        // Its caller is gone: the object goes idle (or to a waiter, whose checkout it is),
+        // not out to the get that started it.
+        match shared.created(lease, built, self.probe, false) {
             Ok(object) => {
                 shared.counters.created_off_caller.incr();
                 // Back to the pool: idle in its slot, or to the oldest waiter.

@@ -562,7 +562,7 @@ impl<M: Manager> Pool<M> {
             });
         };
         let pooled = Pooled::new(object, Arc::clone(shared), shared.time.now());
-        shared.slots.occupy_born(&lease, pooled.anchor.created);
+        shared.slots.occupy_idle(&lease, pooled.anchor.created);
         shared.counters.created.incr();
         // Returned at once: idle in its slot, or to the oldest waiter.
         drop(Object::new(lease, pooled));
@@ -903,7 +903,7 @@ impl<M: Manager> Shared<M> {
                         }
                     };
                     let timeout = mode.timeouts(&self.config.timeouts).create;
-                    return Creating::new(Arc::clone(self), lease, timeout, probe).await;
+                    return Creating::new(Arc::clone(self), lease, timeout, probe, true).await;
                 }
             }
         }
@@ -1417,7 +1417,7 @@ impl<M: Manager> Shared<M> {
                 break;
             };
             let timeout = self.config.timeouts.create;
-            match Creating::new(Arc::clone(self), lease, timeout, probe).await {
+            match Creating::new(Arc::clone(self), lease, timeout, probe, false).await {
                 // Dropped at once: it goes idle.
                 Ok(object) => {
                     drop(object);
