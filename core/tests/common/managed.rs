@@ -124,6 +124,9 @@ pub struct Scripted {
 pub struct Script {
     creates: Mutex<VecDeque<Act>>,
     recycles: Mutex<VecDeque<Act>>,
+    /// `has_broken` as objects come back: `Reject` (broken), `Panic`, else not broken.
+    /// Never random.
+    returns: Mutex<VecDeque<Act>>,
     /// Released by the test, one permit per hanging call.
     pub create_gate: Semaphore,
     pub recycle_gate: Semaphore,
@@ -138,6 +141,12 @@ impl Script {
 
     pub fn recycles(&self, acts: &[Act]) {
         self.recycles.lock().unwrap().extend(acts);
+    }
+
+    /// What `has_broken` says of the next objects to come back: `Reject` broken, `Panic`
+    /// panics, anything else not broken.
+    pub fn returns(&self, acts: &[Act]) {
+        self.returns.lock().unwrap().extend(acts);
     }
 
     /// Acts at random from now on: mostly `Ok`, sometimes `Fail`, `Reject`, `Panic`, or a
@@ -171,6 +180,7 @@ impl Scripted {
             script: Arc::new(Script {
                 creates: Mutex::new(VecDeque::new()),
                 recycles: Mutex::new(VecDeque::new()),
+                returns: Mutex::new(VecDeque::new()),
                 create_gate: Semaphore::new(0),
                 recycle_gate: Semaphore::new(0),
                 random: Mutex::new(None),
@@ -233,6 +243,15 @@ impl Manager for Scripted {
                     .forget();
                 Ok(())
             }
+        }
+    }
+
+    fn has_broken(&self, _: &mut Conn) -> bool {
+        let act = self.script.returns.lock().unwrap().pop_front();
+        match act {
+            Some(Act::Reject) => true,
+            Some(Act::Panic) => panic!("has_broken panics"),
+            _ => false,
         }
     }
 
@@ -302,6 +321,7 @@ impl Fixture {
         self.ledger.assert_no_double_drop();
         let stats = self.pool.stats();
         let gone = stats.discarded
+            + stats.broken
             + stats.expired
             + stats.reaped
             + stats.surplus

@@ -10,6 +10,7 @@ use crate::panic::Panic;
 
 /// The step of a `get` (or of the pool's own work) that ran user code or waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Step {
     /// Waiting for an object or for room to create one.
     Wait,
@@ -29,6 +30,8 @@ pub enum Step {
     Retain,
     /// The [`error_sink`](super::PoolBuilder::error_sink) the pool tells its own failures to.
     ErrorSink,
+    /// [`Manager::has_broken`](super::Manager::has_broken), as an object comes back.
+    HasBroken,
 }
 
 impl Step {
@@ -44,6 +47,7 @@ impl Step {
             Step::Detach => "detach",
             Step::Retain => "retain",
             Step::ErrorSink => "error_sink",
+            Step::HasBroken => "has_broken",
         }
     }
 }

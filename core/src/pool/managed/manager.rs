@@ -108,6 +108,38 @@ pub trait Manager: Send + Sync + 'static {
         None
     }
 
+    /// Asked of an object as it comes back from its holder (bb8's `has_broken`): `true` drops
+    /// it then (counted in [`Stats::broken`](super::Stats::broken)) and gives its room back,
+    /// instead of keeping a dead connection idle until its next checkout. A panic counts as
+    /// `true`. It runs inside the guard's drop, so it must not block: read a flag the
+    /// connection keeps (tokio-postgres's `Client::is_closed`, say). The default says no,
+    /// and costs nothing.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use slotpool::managed::Manager;
+    ///
+    /// struct Conn { closed: bool }
+    /// struct Connector;
+    ///
+    /// impl Manager for Connector {
+    ///     type Type = Conn;
+    ///     type Error = Infallible;
+    ///
+    ///     async fn create(&self) -> Result<Conn, Infallible> {
+    ///         Ok(Conn { closed: false })
+    ///     }
+    ///
+    ///     fn has_broken(&self, conn: &mut Conn) -> bool {
+    ///         conn.closed
+    ///     }
+    /// }
+    /// ```
+    fn has_broken(&self, object: &mut Self::Type) -> bool {
+        let _ = object;
+        false
+    }
+
     /// Called when an object leaves the pool for good ([`Object::take`](super::Object::take),
     /// or dropped: rejected, expired, reaped, over a shrunk size, the pool closed). For
     /// managers that keep track of their objects; the default does nothing.

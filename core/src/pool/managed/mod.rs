@@ -419,6 +419,7 @@ impl Stamps {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Gone {
     Discarded,
+    Broken,
     Expired,
     Reaped,
     Surplus,
@@ -434,6 +435,18 @@ enum Due {
     Yes,
     /// It is past its lifetime: dropped.
     Expired,
+}
+
+/// How far a `get` went, for the statistics ([`Stats::gets`] and the counts beside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// Neither waited nor created yet: not counted as started until it ends.
+    Fast,
+    /// Created (or waited out a create pause) without waiting for another caller: counted as
+    /// started.
+    Slow,
+    /// Waited for another caller's object or room: counted as started.
+    Waited,
 }
 
 /// How a `get` waits for another caller's object, and whether it records its step.
@@ -525,10 +538,14 @@ impl<M: Manager> Pool<M> {
         let get = self.shared().get(Mode::Tracked(&step));
         match within(Some(timeout), get).await {
             Ok(result) => result,
-            Err(after) => Err(PoolError::Timeout {
-                step: Mode::step(&step),
-                after,
-            }),
+            Err(after) => {
+                // The `get` inside was started (it awaited) and is dropped uncounted.
+                self.shared().counters.gets_timed_out.incr();
+                Err(PoolError::Timeout {
+                    step: Mode::step(&step),
+                    after,
+                })
+            }
         }
     }
 
@@ -724,8 +741,13 @@ impl<M: Manager> Pool<M> {
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
         let c = &shared.counters;
+        let fast = c.gets_fast.get();
         Stats {
             status: shared.status(),
+            gets: fast + c.gets_slow.get(),
+            gets_direct: fast + c.gets_slow_direct.get(),
+            gets_waited: c.gets_waited.get(),
+            gets_timed_out: c.gets_timed_out.get(),
             checkouts: shared.slots.counts().checkouts,
             waits: c.waits.get(),
             wait_time: Duration::from_nanos(c.wait_nanos.get()),
@@ -734,6 +756,7 @@ impl<M: Manager> Pool<M> {
             create_failures: c.create_failures.get(),
             recycled: c.recycled.get(),
             discarded: c.discarded.get(),
+            broken: c.broken.get(),
             expired: c.expired.get(),
             reaped: c.reaped.get(),
             surplus: c.surplus.get(),
@@ -825,10 +848,14 @@ impl<M: Manager> Shared<M> {
     async fn get(self: &Arc<Self>, mode: Mode<'_>) -> Result<Object<M>, PoolError<M::Error>> {
         // When this `get` first found creations paused (its wait deadline runs from there).
         let mut paused_since = None;
+        let mut pace = Pace::Fast;
         loop {
             let checkout = match self.slots.try_checkout() {
                 Ok(checkout) => checkout,
-                Err(error) => self.wait(error, mode).await?,
+                Err(error) => match self.wait(error, mode, &mut pace).await {
+                    Ok(checkout) => checkout,
+                    Err(error) => return Err(self.get_failed(pace, error)),
+                },
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
@@ -836,7 +863,10 @@ impl<M: Manager> Shared<M> {
                         self.idle_taken(lease.index());
                     }
                     match self.recycle_due(&value) {
-                        Due::No => return Ok(Object::new(lease, value)),
+                        Due::No => {
+                            self.served(pace);
+                            return Ok(Object::new(lease, value));
+                        }
                         Due::Expired => {
                             self.discard(lease, value, Gone::Expired);
                             continue;
@@ -858,8 +888,11 @@ impl<M: Manager> Shared<M> {
                                 failed => self.recycle_outcome(failed),
                             };
                             match self.recycled(&mut object, outcome) {
-                                Ok(()) => return Ok(object),
-                                Err(Some(error)) => return Err(error),
+                                Ok(()) => {
+                                    self.served(pace);
+                                    return Ok(object);
+                                }
+                                Err(Some(error)) => return Err(self.get_failed(pace, error)),
                                 // Rejected and dropped (`object` is empty): try the next.
                                 Err(None) => continue,
                             }
@@ -883,14 +916,18 @@ impl<M: Manager> Shared<M> {
                     guard.object = None;
                     drop(guard);
                     match self.recycled(&mut object, outcome) {
-                        Ok(()) => return Ok(object),
-                        Err(Some(error)) => return Err(error),
+                        Ok(()) => {
+                            self.served(pace);
+                            return Ok(object);
+                        }
+                        Err(Some(error)) => return Err(self.get_failed(pace, error)),
                         // Rejected and dropped (`object` is empty): try the next.
                         Err(None) => {}
                     }
                 }
                 Checkout::Vacant { lease } => {
                     mode.enter(Step::Create);
+                    self.slowed(&mut pace);
                     self.ensure_maintainer();
                     let probe = match self.admit_create() {
                         Ok(probe) => probe,
@@ -898,15 +935,70 @@ impl<M: Manager> Shared<M> {
                             // Paused: the room goes back (to a waiter, or idle) and this
                             // caller waits out the pause, or fails as the settings say.
                             self.slots.retire(lease);
-                            self.pause(retry_after, mode, &mut paused_since).await?;
+                            if let Err(error) =
+                                self.pause(retry_after, mode, &mut paused_since).await
+                            {
+                                return Err(self.get_failed(pace, error));
+                            }
                             continue;
                         }
                     };
                     let timeout = mode.timeouts(&self.config.timeouts).create;
-                    return Creating::new(Arc::clone(self), lease, timeout, probe, true).await;
+                    let created =
+                        Creating::new(Arc::clone(self), lease, timeout, probe, true).await;
+                    return match created {
+                        Ok(object) => {
+                            self.served(pace);
+                            Ok(object)
+                        }
+                        Err(error) => Err(self.get_failed(pace, error)),
+                    };
                 }
             }
         }
+    }
+
+    /// A `get` is about to wait or create: counted as started, if it was not yet.
+    #[cold]
+    #[inline(never)]
+    fn slowed(&self, pace: &mut Pace) {
+        if *pace == Pace::Fast {
+            self.counters.gets_slow.incr();
+            *pace = Pace::Slow;
+        }
+    }
+
+    /// A `get` hands its object out: the one count of the fast path, the others out of line.
+    #[inline]
+    fn served(&self, pace: Pace) {
+        if pace == Pace::Fast {
+            self.counters.gets_fast.incr();
+        } else {
+            self.served_slow(pace);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn served_slow(&self, pace: Pace) {
+        match pace {
+            Pace::Waited => self.counters.gets_waited.incr(),
+            _ => self.counters.gets_slow_direct.incr(),
+        }
+    }
+
+    /// A `get` fails with `error`: counted as started if it was not yet, and as timed out if
+    /// a deadline ended it.
+    #[cold]
+    #[inline(never)]
+    fn get_failed(&self, pace: Pace, error: PoolError<M::Error>) -> PoolError<M::Error> {
+        if pace == Pace::Fast {
+            self.counters.gets_slow.incr();
+        }
+        if matches!(error, PoolError::Timeout { .. }) {
+            self.counters.gets_timed_out.incr();
+        }
+        error
     }
 
     /// Asks the create back-off whether a creation may start now: `Ok(true)` for its probe
@@ -986,6 +1078,7 @@ impl<M: Manager> Shared<M> {
         &self,
         error: TryAcquireError,
         mode: Mode<'_>,
+        pace: &mut Pace,
     ) -> Result<Checkout<Pooled<M>>, PoolError<M::Error>> {
         let timeout = match (error, mode) {
             (TryAcquireError::Closed, _) => return Err(PoolError::Closed),
@@ -995,6 +1088,8 @@ impl<M: Manager> Shared<M> {
             (_, Mode::Tracked(_)) => None,
         };
         mode.enter(Step::Wait);
+        self.slowed(pace);
+        *pace = Pace::Waited;
         self.counters.waits.incr();
         // Two clock reads, only for a caller that waits; a cancelled wait counts too.
         let mut clock = WaitClock::new(&self.time.clock, &self.counters.wait_nanos);
@@ -1206,6 +1301,7 @@ impl<M: Manager> Shared<M> {
                 Step::Detach => "manager detach or a destructor",
                 Step::Retain => "retain predicate",
                 Step::ErrorSink => "error sink",
+                Step::HasBroken => "manager has_broken",
             },
             panic,
         );
@@ -1235,6 +1331,7 @@ impl<M: Manager> Shared<M> {
             self.close_object(pooled);
             let counter = match gone {
                 Gone::Discarded => &self.counters.discarded,
+                Gone::Broken => &self.counters.broken,
                 Gone::Expired => &self.counters.expired,
                 Gone::Reaped => &self.counters.reaped,
                 Gone::Surplus => &self.counters.surplus,
@@ -1263,7 +1360,7 @@ impl<M: Manager> Shared<M> {
     /// Takes an object back from its holder: into its slot idle (or to the oldest waiter),
     /// or dropped if it is past its lifetime or the pool is over its size or closed.
     #[inline]
-    fn check_in(&self, lease: Lease, pooled: Pooled<M>) -> Ending<Arc<Shared<M>>> {
+    fn check_in(&self, lease: Lease, mut pooled: Pooled<M>) -> Ending<Arc<Shared<M>>> {
         // The object's anchor: its memory stays put while the object's entry moves into its
         // cell, and this pointer claims nothing of it (see `Pooled`).
         let anchor: *const Anchor<M> = pooled.anchor_ptr();
@@ -1275,6 +1372,12 @@ impl<M: Manager> Shared<M> {
             let anchor: &Anchor<M> = unsafe { &*anchor };
             Arc::clone(&anchor.shared)
         };
+        // bb8's check at return; the default `false` compiles to nothing.
+        if self.has_broken(pooled.object_mut()) {
+            let kept = keep();
+            self.discard(lease, pooled, Gone::Broken);
+            return Ending::Pinned(kept);
+        }
         // Not before its creation (which read the clock): the recent time may lag behind.
         let created = pooled.anchor.created;
         let stamp = self.time.recent().max(created);
@@ -1297,6 +1400,15 @@ impl<M: Manager> Shared<M> {
                 Ending::Pinned(kept)
             }
         }
+    }
+
+    /// [`Manager::has_broken`] under a panic guard (a panic counts as broken).
+    #[inline]
+    fn has_broken(&self, object: &mut M::Type) -> bool {
+        catch(|| self.manager.has_broken(object)).unwrap_or_else(|panic| {
+            self.panicked(Step::HasBroken, &panic);
+            true
+        })
     }
 
     /// One reaper pass (see [`Pool::reap`]).

@@ -322,6 +322,12 @@ where
         }
     }
 
+    /// A connection the server (or the network) closed is dropped as it comes back, not
+    /// kept idle until its next checkout (bb8-postgres's `has_broken`).
+    fn has_broken(&self, client: &mut PgClient) -> bool {
+        client.client.is_closed()
+    }
+
     async fn recycle(&self, client: &mut PgClient, meta: &Meta) -> RecycleResult<PgError> {
         // The closed check and `Fast` are `recycle_now`'s (the pool calls it first; this
         // stands alone for a caller that calls `recycle` by itself).

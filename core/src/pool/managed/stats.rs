@@ -8,6 +8,7 @@ use crate::sync::Counter;
 
 /// The pool's gauges now (a snapshot; deadpool's `Status`, field for field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Status {
     /// The most objects that may exist: `max_size` as built or last set by
     /// [`Pool::resize`](super::Pool::resize) (kept after `close`, as deadpool's).
@@ -26,20 +27,38 @@ pub struct Status {
 /// A snapshot of a managed pool's gauges and counters. Counters only grow.
 ///
 /// Accounting: every object created is, at any moment, idle, in use, or gone, and each gone
-/// object is counted once in exactly one of `discarded`, `expired`, `reaped`, `surplus`,
-/// `retained_out` or `detached`:
-/// `created == size + discarded + expired + reaped + surplus + retained_out + detached`
+/// object is counted once in exactly one of `discarded`, `broken`, `expired`, `reaped`,
+/// `surplus`, `retained_out` or `detached`:
+/// `created == size + discarded + broken + expired + reaped + surplus + retained_out +
+/// detached`
 /// once nothing is being created or closed (objects being created count in `size` before
 /// `created`; an object being closed counts in `size` until its close ends, and in its
 /// counter from just before).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// The gauges.
     pub status: Status,
+    /// `get`s started (bb8's `get_started`): every `get`, `try_get`, `get_timeout` and
+    /// `get_timeouts`, counted once it waits or creates an object, or when it ends, whichever
+    /// comes first. `gets - gets_direct - gets_waited - gets_timed_out` are the `get`s under
+    /// way or that ended otherwise (failed, or cancelled by their caller).
+    pub gets: u64,
+    /// `get`s that handed out an object without waiting for another caller (bb8's
+    /// `get_direct`): an idle one, or a new one.
+    pub gets_direct: u64,
+    /// `get`s that handed out an object after waiting for another caller's object or room
+    /// (bb8's `get_waited`).
+    pub gets_waited: u64,
+    /// `get`s that failed with [`PoolError::Timeout`](super::PoolError::Timeout), in any step
+    /// (bb8's `get_timed_out`).
+    pub gets_timed_out: u64,
     /// Objects taken from their slots by `get`s: new ones, and idle ones (including those a
-    /// recycle then rejected, or found past their lifetime).
+    /// recycle then rejected, or found past their lifetime). Not the objects the pool creates
+    /// to keep idle (`min_idle`, `build_eager`) nor those handed in with
+    /// [`Pool::add`](super::Pool::add).
     pub checkouts: u64,
-    /// `get`s that had to wait.
+    /// `get`s that had to wait, whatever came of it (served, timed out, closed, cancelled).
     pub waits: u64,
     /// The time those `get`s spent waiting, in all (bb8's `get_wait_time`; the mean wait is
     /// `wait_time / waits`), on the pool's clock: from the failed try to an object or room,
@@ -60,11 +79,18 @@ pub struct Stats {
     /// Idle objects recycled and handed out.
     pub recycled: u64,
     /// Objects dropped because recycling rejected them (the manager's or a hook's `Err`, a
-    /// recycle timeout, a panic, or a caller cancelled during the recycle).
+    /// recycle timeout, a panic, or a caller cancelled during the recycle; bb8's
+    /// `connections_closed_invalid`).
     pub discarded: u64,
-    /// Objects dropped for their age (`max_lifetime`).
+    /// Objects dropped as they came back because
+    /// [`Manager::has_broken`](super::Manager::has_broken) said so (or panicked; bb8's
+    /// `connections_closed_broken`).
+    pub broken: u64,
+    /// Objects dropped for their age (`max_lifetime`; bb8's
+    /// `connections_closed_max_lifetime`).
     pub expired: u64,
-    /// Idle objects dropped by the reaper (`idle_timeout`).
+    /// Idle objects dropped by the reaper (`idle_timeout`; bb8's
+    /// `connections_closed_idle_timeout`).
     pub reaped: u64,
     /// Objects dropped because the pool was over its size (shrunk or closed).
     pub surplus: u64,
@@ -84,6 +110,14 @@ pub struct Stats {
 
 /// The counters (cold paths; striped, see `crate::sync::Counter`).
 pub(super) struct Counters {
+    /// `get`s served without waiting or creating (the one count on the fast path).
+    pub(super) gets_fast: Counter,
+    /// `get`s counted as started when they first waited or created, or failed first.
+    pub(super) gets_slow: Counter,
+    /// `get`s served without waiting after they created (or waited out a pause).
+    pub(super) gets_slow_direct: Counter,
+    pub(super) gets_waited: Counter,
+    pub(super) gets_timed_out: Counter,
     pub(super) waits: Counter,
     /// The time `get`s waited, and the `slotpool_managed_wait_seconds` histogram.
     pub(super) wait_nanos: WaitTotal,
@@ -92,6 +126,7 @@ pub(super) struct Counters {
     pub(super) create_failures: Counter,
     pub(super) recycled: Counter,
     pub(super) discarded: Counter,
+    pub(super) broken: Counter,
     pub(super) expired: Counter,
     pub(super) reaped: Counter,
     pub(super) surplus: Counter,
@@ -105,6 +140,11 @@ impl Counters {
     /// Zero counters of the pool called `name` (the wait histogram's label).
     pub(super) fn new(name: Cow<'static, str>) -> Self {
         Counters {
+            gets_fast: Counter::new(),
+            gets_slow: Counter::new(),
+            gets_slow_direct: Counter::new(),
+            gets_waited: Counter::new(),
+            gets_timed_out: Counter::new(),
             waits: Counter::new(),
             wait_nanos: WaitTotal::new("slotpool_managed_wait_seconds", name),
             created: Counter::new(),
@@ -112,6 +152,7 @@ impl Counters {
             create_failures: Counter::new(),
             recycled: Counter::new(),
             discarded: Counter::new(),
+            broken: Counter::new(),
             expired: Counter::new(),
             reaped: Counter::new(),
             surplus: Counter::new(),

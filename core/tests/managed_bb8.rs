@@ -1,0 +1,191 @@
+//! What a bb8 user reads and relies on in the managed pool: the statistics bb8 0.9 keeps
+//! (`get_started`, `get_direct`, `get_waited`, `get_timed_out`, `get_wait_time`,
+//! `connections_created`, `connections_closed_{broken,invalid,max_lifetime,idle_timeout}`),
+//! under slotpool's names, and `has_broken` asked as an object comes back. Time is tokio's
+//! paused clock and a mock `quanta` clock; nothing sleeps.
+
+mod common;
+
+use std::time::Duration;
+
+use common::managed::{Act, Fixture, IDLE};
+use common::{run_spawned, settle_until};
+use slotpool::managed::{PoolError, Step};
+
+/// `gets` counts every kind of `get`; `gets_direct` those served without waiting (idle or
+/// new); `gets_waited` those served after a wait; `gets_timed_out` those a deadline ended.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn gets_are_counted_by_how_they_ended() {
+    let f = Fixture::with(1, |b| b.wait_timeout(Some(Duration::from_secs(2))));
+    let first = f.pool.get().await.unwrap(); // direct, new
+    drop(first);
+    let held = f.pool.get().await.unwrap(); // direct, idle
+    let stats = f.pool.stats();
+    assert_eq!(
+        (
+            stats.gets,
+            stats.gets_direct,
+            stats.gets_waited,
+            stats.gets_timed_out
+        ),
+        (2, 2, 0, 0),
+        "{stats:?}"
+    );
+    // A waiter served by the return, one timed out, a try refused, a `get_timeout` expired.
+    let waiter = {
+        let pool = f.pool.clone();
+        tokio::spawn(async move { drop(pool.get().await.unwrap()) })
+    };
+    run_spawned().await;
+    assert_eq!(f.pool.stats().gets, 3, "counted once it waits");
+    drop(held);
+    waiter.await.unwrap();
+    let held = f.pool.get().await.unwrap(); // direct
+    let error = f.pool.get().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PoolError::Timeout {
+                step: Step::Wait,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(matches!(f.pool.try_get().await, Err(PoolError::NoCapacity)));
+    let error = f
+        .pool
+        .get_timeout(Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PoolError::Timeout {
+                step: Step::Wait,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let stats = f.pool.stats();
+    assert_eq!(
+        (
+            stats.gets,
+            stats.gets_direct,
+            stats.gets_waited,
+            stats.gets_timed_out
+        ),
+        (7, 3, 1, 2),
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.waits, 3,
+        "the waiter, the timed-out get and the get_timeout"
+    );
+    drop(held);
+    f.assert_balanced();
+}
+
+/// A `get` that creates counts as started while it creates (it is under way), and as direct
+/// once it hands the new object out; one whose creation fails is started and not completed.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_get_that_creates_is_started_while_it_creates() {
+    let f = Fixture::new(2);
+    f.script.creates(&[Act::Hang, Act::Fail]);
+    let creating = {
+        let pool = f.pool.clone();
+        tokio::spawn(async move { pool.get().await.map(drop) })
+    };
+    run_spawned().await;
+    let stats = f.pool.stats();
+    assert_eq!((stats.gets, stats.gets_direct), (1, 0), "{stats:?}");
+    f.script.create_gate.add_permits(1);
+    creating.await.unwrap().unwrap();
+    let stats = f.pool.stats();
+    assert_eq!((stats.gets, stats.gets_direct), (1, 1), "{stats:?}");
+    // The idle object is taken by the first get; the second creates and fails.
+    let held = f.pool.get().await.unwrap();
+    assert!(matches!(f.pool.get().await, Err(PoolError::Create(_))));
+    let stats = f.pool.stats();
+    assert_eq!(
+        (
+            stats.gets,
+            stats.gets_direct,
+            stats.gets_waited,
+            stats.gets_timed_out
+        ),
+        (3, 2, 0, 0),
+        "{stats:?}"
+    );
+    drop(held);
+    f.assert_balanced();
+}
+
+/// `has_broken` is asked as an object comes back: a broken one is dropped then (counted in
+/// `broken`, its room given back), not kept idle until its next checkout; a panic in it
+/// counts as broken and is contained.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_object_broken_at_return_is_dropped_then() {
+    let f = Fixture::new(2);
+    f.script.returns(&[Act::Reject, Act::Panic]);
+    let a = f.pool.get().await.unwrap();
+    let a_id = a.id;
+    drop(a);
+    let stats = f.pool.stats();
+    assert_eq!(
+        (stats.broken, stats.status.size, stats.status.available),
+        (1, 0, 0),
+        "dropped as it came back: {stats:?}"
+    );
+    assert!(f.ledger.was_dropped(a_id));
+    let b = f.pool.get().await.unwrap();
+    assert_ne!(b.id, a_id, "a new object");
+    drop(b);
+    let stats = f.pool.stats();
+    assert_eq!(
+        (stats.broken, stats.panics, stats.status.size),
+        (2, 1, 0),
+        "{stats:?}"
+    );
+    // Not broken: kept idle.
+    drop(f.pool.get().await.unwrap());
+    assert_eq!(f.pool.status().available, 1);
+    f.assert_balanced();
+}
+
+/// bb8's `connections_closed_*` are `discarded` (a recycle rejected it: `invalid`), `broken`,
+/// `expired` (`max_lifetime`) and `reaped` (`idle_timeout`).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn objects_closed_are_counted_by_why() {
+    let f = Fixture::with(4, |b| b.max_lifetime(Some(Duration::from_secs(600))));
+    f.script.returns(&[Act::Reject]);
+    let mut objects = Vec::new();
+    for _ in 0..4 {
+        objects.push(f.pool.get().await.unwrap());
+    }
+    drop(objects); // The first (A) comes back broken; B, C, D go idle.
+    f.time.advance(IDLE / 2);
+    // B is recycled at checkout and rejected (invalid); C is handed out and comes back.
+    f.script.recycles(&[Act::Reject]);
+    drop(f.pool.get().await.unwrap());
+    f.time.advance(IDLE / 2 + Duration::from_secs(1));
+    assert_eq!(f.pool.reap(f.time.now()), 1, "D, idle past its timeout");
+    f.time.advance(Duration::from_secs(600));
+    // C is past its lifetime: dropped at checkout, and a new object made.
+    drop(f.pool.get().await.unwrap());
+    let stats = f.pool.stats();
+    assert_eq!(
+        (
+            stats.created,
+            stats.discarded,
+            stats.broken,
+            stats.reaped,
+            stats.expired
+        ),
+        (5, 1, 1, 1, 1),
+        "{stats:?}"
+    );
+    settle_until("balanced", || f.pool.status().in_use == 0).await;
+    f.assert_balanced();
+}
