@@ -1381,12 +1381,7 @@ impl<M: Manager> Shared<M> {
         // Not before its creation (which read the clock): the recent time may lag behind.
         let created = pooled.anchor.created;
         let stamp = self.time.recent().max(created);
-        // The stamp may be up to a reap interval early: where it cannot tell, the clock does.
-        if self
-            .config
-            .max_lifetime
-            .is_some_and(|lifetime| self.time.passed_since(stamp, created, lifetime))
-        {
+        if self.config.max_lifetime.is_some() && self.expired_at_return(stamp, created) {
             let kept = keep();
             self.discard(lease, pooled, Gone::Expired);
             return Ending::Pinned(kept);
@@ -1400,6 +1395,16 @@ impl<M: Manager> Shared<M> {
                 Ending::Pinned(kept)
             }
         }
+    }
+
+    /// Whether an object created at `created` and returned at the recent stamp `stamp` is
+    /// past `max_lifetime`. The stamp may be up to a reap interval early: where it cannot
+    /// tell, the clock does. Out of line: only pools with a lifetime cap call it.
+    #[inline(never)]
+    fn expired_at_return(&self, stamp: u64, created: u64) -> bool {
+        self.config
+            .max_lifetime
+            .is_some_and(|lifetime| self.time.passed_since(stamp, created, lifetime))
     }
 
     /// [`Manager::has_broken`] under a panic guard (a panic counts as broken).
