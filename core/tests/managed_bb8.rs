@@ -8,9 +8,13 @@ mod common;
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use common::managed::{Act, Fixture, IDLE};
 use common::{run_spawned, settle_until};
 use slotpool::managed::{PoolError, Step};
+
+const SECOND: Duration = Duration::from_secs(1);
 
 /// `gets` counts every kind of `get`; `gets_direct` those served without waiting (idle or
 /// new); `gets_waited` those served after a wait; `gets_timed_out` those a deadline ended.
@@ -188,4 +192,95 @@ async fn objects_closed_are_counted_by_why() {
     );
     settle_until("balanced", || f.pool.status().in_use == 0).await;
     f.assert_balanced();
+}
+
+/// bb8's `connection_timeout`: one deadline over the whole `get`, waiting and creating
+/// together. A `get` that waits 1.5 s for room and then creates is cut short at 2 s in all,
+/// in step `create`; its creation goes on off the caller and the object goes idle. The
+/// pool's `wait_timeout` (10 s) is not what bounds it.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn connection_timeout_bounds_waiting_and_creating_together() {
+    let f = Fixture::with(1, |b| {
+        b.connection_timeout(Some(2 * SECOND))
+            .wait_timeout(Some(10 * SECOND))
+    });
+    let held = f.pool.get().await.unwrap();
+    f.script.creates(&[Act::Hang]);
+    let start = Instant::now();
+    let get = {
+        let pool = f.pool.clone();
+        tokio::spawn(async move { pool.get().await.map(drop) })
+    };
+    tokio::time::sleep(SECOND + SECOND / 2).await;
+    // The holder takes the object out of the pool: the waiter gets its room and creates.
+    slotpool::managed::Object::take(held);
+    let error = get.await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, PoolError::Timeout { step: Step::Create, after } if after == 2 * SECOND),
+        "{error}"
+    );
+    assert_eq!(start.elapsed(), 2 * SECOND);
+    assert_eq!(f.pool.stats().gets_timed_out, 1);
+    // The creation goes on off the caller.
+    f.script.create_gate.add_permits(1);
+    settle_until("created off the caller", || {
+        f.pool.stats().created_off_caller == 1
+    })
+    .await;
+    assert_eq!(f.pool.status().available, 1);
+}
+
+/// A `get` under `connection_timeout` that only waits fails at the deadline in step `wait`,
+/// with the whole-get deadline as `after`; one that finds an idle object arms nothing.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn connection_timeout_bounds_a_wait() {
+    let f = Fixture::with(1, |b| b.connection_timeout(Some(2 * SECOND)));
+    drop(f.pool.get().await.unwrap());
+    let held = f.pool.get().await.unwrap(); // idle, no timer
+    let start = Instant::now();
+    let error = f.pool.get().await.unwrap_err();
+    assert!(
+        matches!(error, PoolError::Timeout { step: Step::Wait, after } if after == 2 * SECOND),
+        "{error}"
+    );
+    assert_eq!(start.elapsed(), 2 * SECOND);
+    drop(held);
+    f.assert_balanced();
+}
+
+/// A recycle that has to wait runs within the whole-get deadline too: past it the object is
+/// dropped (half-recycled) and the `get` fails in step `recycle`, even though the recycle's
+/// own deadline (30 s) is far off.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn connection_timeout_bounds_a_recycle() {
+    let f = Fixture::with(1, |b| b.connection_timeout(Some(2 * SECOND)));
+    drop(f.pool.get().await.unwrap());
+    f.script.recycles(&[Act::Hang]);
+    let start = Instant::now();
+    let error = f.pool.get().await.unwrap_err();
+    assert!(
+        matches!(error, PoolError::Timeout { step: Step::Recycle, after } if after == 2 * SECOND),
+        "{error}"
+    );
+    assert_eq!(start.elapsed(), 2 * SECOND);
+    let stats = f.pool.stats();
+    assert_eq!(
+        (stats.discarded, stats.status.size, stats.gets_timed_out),
+        (1, 0, 1),
+        "{stats:?}"
+    );
+    f.assert_balanced();
+}
+
+/// A zero `connection_timeout` is refused by name.
+#[test]
+fn a_zero_connection_timeout_is_refused() {
+    let error = slotpool::managed::Pool::builder(common::managed::Scripted::new())
+        .connection_timeout(Some(Duration::ZERO))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(error, slotpool::ConfigError::Zero("connection_timeout")),
+        "{error}"
+    );
 }

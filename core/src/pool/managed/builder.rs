@@ -235,6 +235,8 @@ pub struct PoolBuilder<M: Manager> {
     min_idle: usize,
     max_lifetime: Option<Duration>,
     timeouts: Timeouts,
+    /// [`PoolBuilder::connection_timeout`].
+    get_timeout: Option<Duration>,
     /// The setters that set each of `timeouts` last (for errors).
     timeout_names: [&'static str; 3],
     recycle: Recycle,
@@ -258,6 +260,7 @@ impl<M: Manager> PoolBuilder<M> {
                 create: Some(Duration::from_secs(30)),
                 recycle: Some(Duration::from_secs(30)),
             },
+            get_timeout: None,
             timeout_names: ["wait_timeout", "create_timeout", "recycle_timeout"],
             recycle: Recycle::Always,
             queue_mode: QueueMode::Lowest,
@@ -314,6 +317,17 @@ impl<M: Manager> PoolBuilder<M> {
     pub fn wait_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeouts.wait = timeout;
         self.timeout_names[0] = "wait_timeout";
+        self
+    }
+
+    /// A deadline over the whole of every [`Pool::get`] (bb8's `connection_timeout`): waiting,
+    /// creating and recycling together, as [`Pool::get_timeout`] bounds one call (the step
+    /// running when it passes is in the error, and a creation it cuts short goes on off the
+    /// caller). The per-step deadlines still bound each step within it; `wait_timeout` is
+    /// then not used by `get` (the whole-get deadline is the wait's). `try_get`,
+    /// `get_timeout` and `get_timeouts` keep their own. Default: none.
+    pub fn connection_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.get_timeout = timeout;
         self
     }
 
@@ -422,7 +436,8 @@ impl<M: Manager> PoolBuilder<M> {
     ///
     /// # Errors
     /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
-    /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`, `wait_timeout`,
+    /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`,
+    /// `connection_timeout`, `wait_timeout`,
     /// `create_timeout`, `recycle_timeout` (or field of `timeouts`), `idle_timeout` or
     /// `reap_interval`, or a back-off that is on with a zero first pause
     /// (`create_backoff.first`) or one longer than its longest (`create_backoff.backoff`).
@@ -469,6 +484,7 @@ impl<M: Manager> PoolBuilder<M> {
         let [wait, create, recycle] = self.timeout_names;
         for (name, value) in [
             ("max_lifetime", self.max_lifetime),
+            ("connection_timeout", self.get_timeout),
             (wait, self.timeouts.wait),
             (create, self.timeouts.create),
             (recycle, self.timeouts.recycle),
@@ -492,6 +508,7 @@ impl<M: Manager> PoolBuilder<M> {
             max_lifetime: self.max_lifetime.map(nanos),
             idle_timeout: nanos(self.settings.idle_timeout),
             timeouts: self.timeouts,
+            get_timeout: self.get_timeout,
             recycle: self.recycle,
             reads_clock: self.max_lifetime.is_some()
                 || matches!(self.recycle, Recycle::IdleLongerThan(_)),
@@ -587,6 +604,7 @@ impl<M: Manager> fmt::Debug for PoolBuilder<M> {
             .field("min_idle", &self.min_idle)
             .field("max_lifetime", &self.max_lifetime)
             .field("timeouts", &self.timeouts)
+            .field("connection_timeout", &self.get_timeout)
             .field("recycle", &self.recycle)
             .field("queue_mode", &self.queue_mode)
             .field("create_backoff", &self.create_backoff)

@@ -255,6 +255,8 @@ struct Config {
     /// Nanoseconds.
     idle_timeout: u64,
     timeouts: Timeouts,
+    /// A deadline over every whole `get` ([`PoolBuilder::connection_timeout`]).
+    get_timeout: Option<Duration>,
     recycle: Recycle,
     /// Whether a checkout reads the clock (a lifetime cap, or recycling by idle time).
     reads_clock: bool,
@@ -463,6 +465,33 @@ enum Mode<'a> {
     /// [`Pool::get_timeouts`]: waits, with the caller's deadlines for each step instead of the
     /// pool's.
     Given(&'a Timeouts),
+    /// [`Pool::get`] under the pool's whole-get deadline
+    /// ([`PoolBuilder::connection_timeout`]), armed when the `get` first has to wait, create
+    /// or recycle asynchronously: every await from there runs within what is left of it.
+    Until(Deadline),
+}
+
+/// A whole-get deadline ([`Mode::Until`]): when it passes, and how long it was.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: tokio::time::Instant,
+    total: Duration,
+}
+
+impl Deadline {
+    /// What is left of it now.
+    fn left(self) -> Duration {
+        self.at
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// The error of a `get` whose deadline passed in `step`.
+    fn passed<E: std::error::Error + 'static>(self, step: Step) -> PoolError<E> {
+        PoolError::Timeout {
+            step,
+            after: self.total,
+        }
+    }
 }
 
 impl<'a> Mode<'a> {
@@ -473,6 +502,28 @@ impl<'a> Mode<'a> {
         if let Mode::Tracked(cell) = self {
             let index = Self::STEPS.iter().position(|&s| s == step).unwrap_or(0);
             cell.store(index, Ordering::Relaxed);
+        }
+    }
+
+    /// A `get` is about to await: under the pool's whole-get deadline (a plain `get` of a pool
+    /// with one), it starts now. Out of line: the fast path never awaits.
+    #[cold]
+    #[inline(never)]
+    fn arm(&mut self, get_timeout: Option<Duration>) {
+        if let (Mode::Wait, Some(total)) = (*self, get_timeout) {
+            *self = Mode::Until(Deadline {
+                at: tokio::time::Instant::now() + total,
+                total,
+            });
+        }
+    }
+
+    /// The timeout error of a `get` whose whole-get deadline has passed, in `step`.
+    #[cold]
+    fn past<E: std::error::Error + 'static>(self, step: Step) -> Option<PoolError<E>> {
+        match self {
+            Mode::Until(deadline) if deadline.left().is_zero() => Some(deadline.passed(step)),
+            _ => None,
         }
     }
 
@@ -849,13 +900,18 @@ impl<M: Manager> Shared<M> {
         // When this `get` first found creations paused (its wait deadline runs from there).
         let mut paused_since = None;
         let mut pace = Pace::Fast;
+        // Becomes `Mode::Until` at the first await of a plain `get` under a whole-get deadline.
+        let mut mode = mode;
         loop {
             let checkout = match self.slots.try_checkout() {
                 Ok(checkout) => checkout,
-                Err(error) => match self.wait(error, mode, &mut pace).await {
-                    Ok(checkout) => checkout,
-                    Err(error) => return Err(self.get_failed(pace, error)),
-                },
+                Err(error) => {
+                    mode.arm(self.config.get_timeout);
+                    match self.wait(error, mode, &mut pace).await {
+                        Ok(checkout) => checkout,
+                        Err(error) => return Err(self.get_failed(pace, error)),
+                    }
+                }
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
@@ -906,9 +962,8 @@ impl<M: Manager> Shared<M> {
                     };
                     let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
                         Some(pooled) => {
-                            let timeouts = mode.timeouts(&self.config.timeouts);
                             // Without hooks, `recycle_now` has had its say.
-                            self.recycle_all(pooled, !hooks, timeouts).await
+                            self.recycle_all(pooled, !hooks, &mut mode).await
                         }
                         None => Ok(()),
                     };
@@ -921,12 +976,18 @@ impl<M: Manager> Shared<M> {
                             return Ok(object);
                         }
                         Err(Some(error)) => return Err(self.get_failed(pace, error)),
-                        // Rejected and dropped (`object` is empty): try the next.
-                        Err(None) => {}
+                        // Rejected and dropped (`object` is empty): try the next, unless a
+                        // whole-get deadline ended the recycle.
+                        Err(None) => {
+                            if let Some(error) = mode.past(Step::Recycle) {
+                                return Err(self.get_failed(pace, error));
+                            }
+                        }
                     }
                 }
                 Checkout::Vacant { lease } => {
                     mode.enter(Step::Create);
+                    mode.arm(self.config.get_timeout);
                     self.slowed(&mut pace);
                     self.ensure_maintainer();
                     let probe = match self.admit_create() {
@@ -944,8 +1005,14 @@ impl<M: Manager> Shared<M> {
                         }
                     };
                     let timeout = mode.timeouts(&self.config.timeouts).create;
-                    let created =
-                        Creating::new(Arc::clone(self), lease, timeout, probe, true).await;
+                    let creating = Creating::new(Arc::clone(self), lease, timeout, probe, true);
+                    let created = match mode {
+                        // Cut short, the creation goes on off this caller (`Creating`'s drop).
+                        Mode::Until(deadline) => within(Some(deadline.left()), creating)
+                            .await
+                            .unwrap_or_else(|_| Err(deadline.passed(Step::Create))),
+                        _ => creating.await,
+                    };
                     return match created {
                         Ok(object) => {
                             self.served(pace);
@@ -955,6 +1022,23 @@ impl<M: Manager> Shared<M> {
                     };
                 }
             }
+        }
+    }
+
+    /// The deadline of a recycle that has to wait: the step's own (the pool's, or the
+    /// caller's for `get_timeouts`), or what is left of the `get`'s whole-get deadline if
+    /// that is sooner (armed now, if the `get` has not awaited before).
+    #[cold]
+    #[inline(never)]
+    fn recycle_limit(&self, mode: &mut Mode<'_>) -> Option<Duration> {
+        let step = mode.timeouts(&self.config.timeouts).recycle;
+        mode.arm(self.config.get_timeout);
+        match *mode {
+            Mode::Until(deadline) => {
+                let left = deadline.left();
+                Some(step.map_or(left, |step| step.min(left)))
+            }
+            _ => step,
         }
     }
 
@@ -1036,6 +1120,7 @@ impl<M: Manager> Shared<M> {
             Mode::Given(timeouts) => timeouts.wait,
             // The caller's own deadline (`get_timeout`) is kept around the whole `get`.
             Mode::Tracked(_) => None,
+            Mode::Until(deadline) => Some(deadline.left()),
         };
         let since = *since.get_or_insert_with(tokio::time::Instant::now);
         if wait.is_some_and(|wait| wait.saturating_sub(since.elapsed()) < retry_after) {
@@ -1086,6 +1171,7 @@ impl<M: Manager> Shared<M> {
             (_, Mode::Wait) => self.config.timeouts.wait,
             (_, Mode::Given(timeouts)) => timeouts.wait,
             (_, Mode::Tracked(_)) => None,
+            (_, Mode::Until(deadline)) => Some(deadline.left()),
         };
         mode.enter(Step::Wait);
         self.slowed(pace);
@@ -1096,9 +1182,12 @@ impl<M: Manager> Shared<M> {
         clock.start();
         match within(timeout, self.slots.checkout_after_try()).await {
             Ok(checkout) => checkout.map_err(|_| PoolError::Closed),
-            Err(after) => Err(PoolError::Timeout {
-                step: Step::Wait,
-                after,
+            Err(after) => Err(match mode {
+                Mode::Until(deadline) => deadline.passed(Step::Wait),
+                _ => PoolError::Timeout {
+                    step: Step::Wait,
+                    after,
+                },
             }),
         }
     }
@@ -1140,13 +1229,14 @@ impl<M: Manager> Shared<M> {
     /// first poll inline, a timer only for a recycle that has to wait), the `post_recycle`
     /// hooks. One `async fn` for all of them, so the common case (no hooks, a recycle ready at
     /// once) runs no nested state machine. `Err(None)`: rejected or timed out (logged); `Err(Some(..))`:
-    /// user code panicked (logged).
+    /// user code panicked (logged). A recycle that has to wait arms the `get`'s whole-get
+    /// deadline (`mode`), if it has one, and runs within what is left of it.
     #[inline]
     async fn recycle_all(
         &self,
         pooled: &mut Pooled<M>,
         checked: bool,
-        timeouts: &Timeouts,
+        mode: &mut Mode<'_>,
     ) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
         let object = pooled.object_mut();
@@ -1166,7 +1256,7 @@ impl<M: Manager> Shared<M> {
                     let mut recycle = pin!(Contained::new(recycle));
                     match FirstPoll(recycle.as_mut()).await {
                         Poll::Ready(done) => done,
-                        Poll::Pending => match within(timeouts.recycle, recycle).await {
+                        Poll::Pending => match within(self.recycle_limit(mode), recycle).await {
                             Ok(done) => done,
                             Err(after) => {
                                 tracing::warn!(?after, "recycle timed out; object dropped");
