@@ -830,3 +830,46 @@ fn serde_json_or_skip(_: &str) -> Option<Config> {
     eprintln!("skipped a JSON config test: the `serde` feature is off");
     None
 }
+
+/// Every name a `deadpool_postgres` import uses is in `slotpool::managed::postgres`, so an
+/// import line ports by its crate name alone: the pool's types and aliases (`Object`,
+/// `Client`, `Hook`, `HookError`, `Timeouts`, `TimeoutType`, `PoolConfig`, `QueueMode`,
+/// `Status`), and bb8-postgres's `new_from_stringlike`.
+#[test]
+fn a_deadpool_postgres_import_names_only_this_module() {
+    use slotpool::managed::postgres::Timeouts as PgTimeouts;
+    use slotpool::managed::postgres::{
+        Hook, HookError, Object, PgError, PgManager, Pool, PoolError, Status, TimeoutType,
+    };
+    use slotpool::managed::postgres::{PoolConfig as PgPoolConfig, QueueMode as PgQueueMode};
+
+    let timeouts: PgTimeouts = Timeouts::wait_millis(100);
+    let config = PgPoolConfig {
+        timeouts,
+        queue_mode: PgQueueMode::Fifo,
+        ..PgPoolConfig::new(4)
+    };
+    assert_eq!(config.max_size, 4);
+    let error: PoolError = PoolError::Timeout {
+        step: TimeoutType::Wait,
+        after: Duration::from_millis(100),
+    };
+    assert!(matches!(
+        error,
+        PoolError::Timeout {
+            step: TimeoutType::Wait,
+            ..
+        }
+    ));
+    let _: Option<HookError> = None;
+    let _: Option<Hook> = None;
+    let _: Option<Object> = None;
+    let _: Option<Status> = None;
+    let _: Option<PgError> = None;
+
+    let manager = PgManager::new_from_stringlike("host=127.0.0.1 user=app dbname=appdb", NoTls)
+        .expect("a connection string parses");
+    let pool: Pool = Pool::builder(manager).max_size(1).build().unwrap();
+    assert_eq!(pool.status().max_size, 1);
+    assert!(PgManager::new_from_stringlike("host=x port=notaport", NoTls).is_err());
+}

@@ -102,7 +102,7 @@ use tokio_postgres::{NoTls, Socket, Statement};
 /// module's.
 pub use tokio_postgres;
 
-use super::{Manager, Meta, Object, RecycleError, RecycleResult};
+use super::{Manager, Meta, RecycleError, RecycleResult};
 use crate::error::Reach;
 use crate::sync::Mutex;
 
@@ -117,7 +117,7 @@ pub use generic_client::GenericClient;
 
 /// A pooled connection, by deadpool-postgres's name: an [`Object`] of a [`PgManager`] (it
 /// derefs to [`PgClient`], which derefs to [`tokio_postgres::Client`]).
-pub type Client<T = NoTls> = Object<PgManager<T>>;
+pub type Client<T = NoTls> = super::Object<PgManager<T>>;
 
 /// A pool of PostgreSQL connections, by deadpool-postgres's name.
 pub type Pool<T = NoTls> = super::Pool<PgManager<T>>;
@@ -125,8 +125,30 @@ pub type Pool<T = NoTls> = super::Pool<PgManager<T>>;
 /// The builder of a [`Pool`], by deadpool-postgres's name.
 pub type PoolBuilder<T = NoTls> = super::PoolBuilder<PgManager<T>>;
 
-/// A failed `get` of a [`Pool`], by deadpool-postgres's name.
+/// A failed `get` of a [`Pool`], by deadpool-postgres's name. deadpool's
+/// `PoolError::Backend(e)` (the driver's error from connecting) is
+/// `PoolError::Create(PgError::Connect(e))` here.
 pub type PoolError = super::PoolError<PgError>;
+
+/// A pooled connection, by deadpool-postgres's other name for it (the same as [`Client`]).
+pub type Object<T = NoTls> = super::Object<PgManager<T>>;
+
+/// A hook of a [`Pool`], by deadpool-postgres's name.
+pub type Hook<T = NoTls> = super::Hook<PgManager<T>>;
+
+/// Why a hook rejected a connection, by deadpool-postgres's name.
+pub type HookError = super::HookError<PgError>;
+
+/// The step a `get` timed out in, by deadpool's name (`TimeoutType`): [`Step::Wait`],
+/// [`Step::Create`] or [`Step::Recycle`] in [`PoolError::Timeout`](super::PoolError::Timeout).
+///
+/// [`Step::Wait`]: super::Step::Wait
+/// [`Step::Create`]: super::Step::Create
+/// [`Step::Recycle`]: super::Step::Recycle
+pub type TimeoutType = super::Step;
+
+/// The rest of what a `deadpool_postgres` import names, from the managed pool.
+pub use super::{PoolConfig, QueueMode, Status, Timeouts};
 
 /// A transaction whose prepares use the connection's statement cache, by deadpool-postgres's
 /// name.
@@ -242,6 +264,22 @@ impl PgManager<NoTls> {
     /// [`Recycling::Fast`].
     pub fn new(config: tokio_postgres::Config) -> Self {
         Self::with_tls(config, NoTls)
+    }
+}
+
+impl<T> PgManager<T> {
+    /// A manager that connects with the parameters in `params` (a libpq connection string or
+    /// URL: `host=localhost user=postgres`, `postgresql://...`) through `tls`, by
+    /// bb8-postgres's name.
+    ///
+    /// # Errors
+    /// The driver's error when `params` does not parse.
+    pub fn new_from_stringlike(
+        params: impl ToString,
+        tls: T,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let config = params.to_string().parse::<tokio_postgres::Config>()?;
+        Ok(Self::with_tls(config, tls))
     }
 }
 
