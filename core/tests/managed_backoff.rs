@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::managed::{Act, Fixture, Injected, Scripted};
 use common::{poll_once, settle_until, MockTime};
-use slotpool::managed::{CreateBackoff, Pool, PoolError};
+use slotpool::managed::{CreateBackoff, Pool, PoolError, Step};
 use slotpool::ConfigError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -443,4 +443,48 @@ async fn three_failures_with_objects_out(f: &Fixture) {
         f.pool.resize(2).unwrap();
     }
     assert_eq!(attempts(&f.pool), before + 3);
+}
+
+/// `PoolError::Unavailable`'s sentence about deadlines: a `get_timeout` shorter than the pause
+/// waits the pause out and its own deadline ends it, as a timeout in step `wait` (not
+/// `Unavailable` at once); the pool's `connection_timeout` is a wait deadline like
+/// `wait_timeout`, so a pause past what is left of it is `Unavailable` at once.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_get_timeout_waits_a_pause_until_its_own_deadline() {
+    let backoff = CreateBackoff {
+        after_failures: 3,
+        first: SECOND,
+        backoff: SECOND,
+        fail_fast: false,
+    };
+    let f = Fixture::with(4, |b| b.create_backoff(backoff));
+    let clock = follow(&f.time);
+    three_failures(&f).await;
+    let start = Instant::now();
+    let error = f
+        .pool
+        .get_timeout(100 * MS)
+        .await
+        .expect_err("the deadline passes during the pause");
+    assert!(
+        matches!(error, PoolError::Timeout { step: Step::Wait, after } if after == 100 * MS),
+        "{error}"
+    );
+    assert_eq!(start.elapsed(), 100 * MS);
+    clock.abort();
+
+    let f = Fixture::with(4, |b| {
+        b.create_backoff(backoff).connection_timeout(Some(100 * MS))
+    });
+    let clock = follow(&f.time);
+    three_failures(&f).await;
+    let start = Instant::now();
+    let error = f
+        .pool
+        .get()
+        .await
+        .expect_err("the pause outlasts the deadline");
+    assert!(matches!(error, PoolError::Unavailable { .. }), "{error}");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    clock.abort();
 }

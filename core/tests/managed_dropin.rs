@@ -387,6 +387,25 @@ async fn dedicated_makes_an_object_the_pool_never_holds() {
     })
     .await;
     assert_eq!((error.timed_out_in(), took), (Some(Step::Create), SECOND));
+    // Not in the stats, but for a panic of its user code, counted as every caught panic.
+    f.script.creates(&[Act::Panic]);
+    let error = f.pool.dedicated().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            PoolError::Panicked {
+                step: Step::Create,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let stats = f.pool.stats();
+    assert_eq!(
+        (stats.created, stats.create_failures, stats.panics),
+        (1, 0, 1),
+        "{stats:?}"
+    );
     drop((held, own));
     f.pool.close();
     assert!(matches!(f.pool.dedicated().await, Err(PoolError::Closed)));
@@ -859,4 +878,46 @@ async fn checkouts_count_gets_not_the_pools_own_creations() {
         "the top-up: {stats:?}"
     );
     drop(held);
+}
+
+/// Growing the pool wakes a waiter but does not hand it the new room: a caller that never
+/// waited may take the room first (`Pool::resize` says so), and the woken waiter then queues
+/// again, at the front. Between its wake-up and its next try it is counted in neither
+/// `waiting` nor `size`: it holds nothing and is not queued.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn room_from_a_resize_goes_to_whoever_tries_first() {
+    use std::pin::pin;
+    use std::task::Poll;
+
+    use common::poll_once;
+
+    let pool = Pool::builder(Numbers::default())
+        .max_size(1)
+        .reap_interval(None)
+        .build()
+        .unwrap();
+    let held = pool.get().await.unwrap();
+    let mut waiter = pin!(pool.get());
+    assert!(poll_once(waiter.as_mut()).is_pending());
+    let mut second = pin!(pool.get());
+    assert!(poll_once(second.as_mut()).is_pending());
+    assert_eq!(pool.status().waiting, 2);
+    pool.resize(2).unwrap();
+    // The oldest waiter was woken (it left the queue) and has not run yet.
+    assert_eq!((pool.status().waiting, pool.status().size), (1, 1));
+    let barged = pool
+        .try_get()
+        .await
+        .expect("the new room, to a caller that never waited");
+    assert_eq!((pool.status().waiting, pool.status().size), (1, 2));
+    // The woken waiter finds nothing and queues again, ahead of the second.
+    assert!(poll_once(waiter.as_mut()).is_pending());
+    assert_eq!(pool.status().waiting, 2);
+    drop(barged);
+    match poll_once(waiter.as_mut()) {
+        Poll::Ready(Ok(object)) => drop(object),
+        other => panic!("the first waiter is served first: {other:?}"),
+    }
+    drop(held);
+    assert!(matches!(poll_once(second.as_mut()), Poll::Ready(Ok(_))));
 }

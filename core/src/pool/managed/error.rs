@@ -121,8 +121,11 @@ pub enum PoolError<E: std::error::Error + 'static> {
     /// refusing) and the pool's [`CreateBackoff`](super::CreateBackoff) holds new attempts
     /// back for `retry_after` more. A `get` answers this at once when the back-off is set to
     /// fail fast, when it cannot wait (`try_get`), or when the pause outlasts its wait
-    /// deadline; waiting past `retry_after` could help (an attempt is due then), waiting less
-    /// cannot, unless an object comes back meanwhile.
+    /// deadline (the pool's `wait_timeout`, the `wait` of `get_timeouts`, or what is left of
+    /// the pool's `connection_timeout`); waiting past `retry_after` could help (an attempt is
+    /// due then), waiting less cannot, unless an object comes back meanwhile. A
+    /// [`get_timeout`](super::Pool::get_timeout) waits the pause out instead, and its own
+    /// deadline ends it as [`PoolError::Timeout`] in step `wait` if it passes first.
     #[error("creating objects is paused after failures; the next attempt in {retry_after:?}")]
     Unavailable {
         /// How long until the next creation may be tried.

@@ -639,7 +639,8 @@ impl<M: Manager> Pool<M> {
 
     /// A new object for the caller alone (bb8's `dedicated_connection`): made as a `get`
     /// makes one (`create` within the create deadline, then the `post_create` hooks) but never
-    /// in the pool: not counted against `max_size` nor in the stats, never recycled or reaped
+    /// in the pool: not counted against `max_size` nor in the stats (but for a panic of its
+    /// `create` or hooks, counted in `panics` as any caught panic), never recycled or reaped
     /// (a connection kept for `LISTEN`, say). Dropping it is the caller's affair.
     ///
     /// # Errors
@@ -671,9 +672,13 @@ impl<M: Manager> Pool<M> {
         self.shared().config.timeouts
     }
 
-    /// Sets the pool's size (its `max_size`) at run time. Growing wakes callers waiting for
-    /// room; shrinking drops idle objects beyond the new size now (highest slots first) and
-    /// objects in use beyond it as they come back. A closed pool stays closed.
+    /// Sets the pool's size (its `max_size`) at run time. Growing wakes as many callers
+    /// waiting for room as it adds room for; the room is not handed to them (as a returned
+    /// object is), so a caller that never waited may take it first, and the woken waiter then
+    /// queues again at the front (between its wake-up and its next try it is counted in
+    /// neither `waiting` nor `size`). Shrinking drops idle objects beyond the new size now
+    /// (highest slots first) and objects in use beyond it as they come back. A closed pool
+    /// stays closed.
     ///
     /// # Errors
     /// [`ConfigError::TooLarge`](crate::ConfigError::TooLarge) naming `resize` above

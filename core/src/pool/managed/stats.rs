@@ -11,7 +11,8 @@ use crate::sync::Counter;
 #[non_exhaustive]
 pub struct Status {
     /// The most objects that may exist: `max_size` as built or last set by
-    /// [`Pool::resize`](super::Pool::resize) (kept after `close`, as deadpool's).
+    /// [`Pool::resize`](super::Pool::resize); kept after `close` (deadpool's `close` resizes
+    /// to 0, so its status reports 0 then).
     pub max_size: usize,
     /// Objects that exist: idle, in use, being created, or being closed (an object the pool
     /// dropped counts until its `detach` and its destructor are done).
