@@ -284,3 +284,115 @@ fn a_zero_connection_timeout_is_refused() {
         "{error}"
     );
 }
+
+// --- held too long ------------------------------------------------------------------------
+
+/// A checkout held past `held_too_long` is reported once while still held, with the call
+/// site of its `get` and its age (a `tracing` warning, counted in `held_too_long`), and again
+/// when it comes back; its hold time adds up in `hold_time`. On the mock clock, looked at by
+/// `reap` (no background reaper here).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_checkout_held_too_long_is_reported_with_its_call_site() {
+    let (logs, _guard) = common::logs::capture_logs();
+    let f = Fixture::with(2, |b| b.held_too_long(Some(10 * SECOND)));
+    let short = f.pool.get().await.unwrap();
+    let line = line!() + 1;
+    let long = f.pool.get().await.unwrap();
+    let site = format!("{}:{line}", file!());
+    f.time.advance(5 * SECOND);
+    drop(short); // held 5 s: under the threshold, never reported
+    f.pool.reap(f.time.now());
+    assert_eq!(f.pool.stats().held_too_long, 0);
+    f.time.advance(6 * SECOND);
+    f.pool.reap(f.time.now());
+    assert_eq!(f.pool.stats().held_too_long, 1, "reported while held");
+    let text = logs.text();
+    assert!(
+        text.contains("held too long") && text.contains(&site),
+        "{text}"
+    );
+    assert!(text.contains("held_for=11s"), "its age: {text}");
+    f.time.advance(10 * SECOND);
+    f.pool.reap(f.time.now());
+    assert_eq!(f.pool.stats().held_too_long, 1, "reported once");
+    drop(long);
+    let text = logs.text();
+    assert!(
+        text.contains("came back") && text.contains("held_for=21s"),
+        "reported again as it comes back: {text}"
+    );
+    let stats = f.pool.stats();
+    assert_eq!(stats.hold_time, 26 * SECOND, "5 s and 21 s: {stats:?}");
+    f.assert_balanced();
+}
+
+/// Every way a checkout ends ends its hold: a take, a broken return, a return past the
+/// lifetime; none is reported afterwards, whatever slot it left.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn every_end_of_a_checkout_ends_its_hold() {
+    let f = Fixture::with(3, |b| {
+        b.held_too_long(Some(10 * SECOND))
+            .max_lifetime(Some(30 * SECOND))
+    });
+    f.script.returns(&[Act::Reject]);
+    let taken = f.pool.get().await.unwrap();
+    let broken = f.pool.get().await.unwrap();
+    let old = f.pool.get().await.unwrap();
+    f.time.advance(16 * SECOND);
+    drop(slotpool::managed::Object::take(taken));
+    drop(broken);
+    f.time.advance(20 * SECOND);
+    drop(old);
+    f.pool.reap(f.time.now());
+    let stats = f.pool.stats();
+    assert_eq!(
+        (
+            stats.held_too_long,
+            stats.detached,
+            stats.broken,
+            stats.expired
+        ),
+        (0, 1, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.hold_time,
+        68 * SECOND,
+        "16 s, 16 s and 36 s: {stats:?}"
+    );
+}
+
+/// Off by default: nothing is reported and no hold time is kept.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn holds_are_not_watched_by_default() {
+    let f = Fixture::new(1);
+    let held = f.pool.get().await.unwrap();
+    f.time.advance(3_600 * SECOND);
+    f.pool.reap(f.time.now());
+    drop(held);
+    let stats = f.pool.stats();
+    assert_eq!((stats.held_too_long, stats.hold_time), (0, Duration::ZERO));
+}
+
+/// The background reaper looks at a quarter of the threshold: a hold is reported between one
+/// and one and a quarter thresholds after its checkout (here on tokio's paused clock, which
+/// the pool's clock follows).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_background_reaper_reports_within_a_quarter_threshold() {
+    let time = common::MockTime::new();
+    let pool = slotpool::managed::Pool::builder(common::managed::Scripted::new())
+        .held_too_long(Some(8 * SECOND))
+        .clock(time.clock())
+        .build()
+        .unwrap();
+    let held = pool.get().await.unwrap();
+    let mut waited = Duration::ZERO;
+    while pool.stats().held_too_long == 0 {
+        tokio::time::sleep(SECOND / 2).await;
+        time.advance(SECOND / 2);
+        waited += SECOND / 2;
+        assert!(waited <= 10 * SECOND, "not reported after {waited:?}");
+    }
+    assert!(waited >= 8 * SECOND, "reported early, after {waited:?}");
+    drop(held);
+}

@@ -5,7 +5,8 @@
 //! from the wrong field, a field exported twice or a field nobody exports is seen. A counter
 //! `slotpool_<pool>_<field>_total` and a gauge `slotpool_<pool>_<field>` carry the snapshot's
 //! field `<field>` (or the one field ending in `.<field>`, for the managed pool's `status` and
-//! the stream pool's `table`); `wait_nanoseconds` carries `wait_time` in nanoseconds; the
+//! the stream pool's `table`); `wait_nanoseconds` carries `wait_time` in nanoseconds (and
+//! `hold_nanoseconds`, `hold_time`); the
 //! stream pool's `slots{phase}` carries `table.<phase>` and `breaker_state` the breaker's state
 //! coded as the table says. The table itself is read from the module's source, so a row that
 //! drifts from the code fails here.
@@ -210,10 +211,10 @@ fn check(pool: &str, prefix: &str, snapshot: &(impl Export + std::fmt::Debug)) {
 
     let mut carried = BTreeSet::new();
     let mut field_of = |metric: &str, short: &str| -> u64 {
-        let short = if short == "wait_nanoseconds" {
-            "wait_time"
-        } else {
-            short
+        let short = match short {
+            "wait_nanoseconds" => "wait_time",
+            "hold_nanoseconds" => "hold_time",
+            short => short,
         };
         let wanted: Vec<&String> = numbers
             .keys()
@@ -415,6 +416,8 @@ fn managed_metrics_are_the_documented_names_of_their_fields() {
     stats.detached = n.u();
     stats.panics = n.u();
     stats.paused = n.u();
+    stats.held_too_long = n.u();
+    stats.hold_time = n.nanos();
     check("managed::Pool", "slotpool_managed_", &stats);
 }
 

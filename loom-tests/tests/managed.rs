@@ -838,6 +838,58 @@ fn two_openers_and_a_discard_never_exceed_the_bound() {
     ]);
 }
 
+// --- holder notes (held-too-long detection) ------------------------------------------------
+
+/// A watchdog pass on its own thread: the reports it made, as `(slot, since, tag)`.
+fn watchdog(slots: &Arc<ExclusiveSlots<u32>>) -> thread::JoinHandle<Vec<(usize, u64, usize)>> {
+    let slots = Arc::clone(slots);
+    thread::spawn(move || {
+        let mut reports = Vec::new();
+        slots.report_holds(u64::MAX >> 2, |slot, since, tag| {
+            reports.push((slot, since, tag))
+        });
+        reports
+    })
+}
+
+/// A noted hold is reported at most once, by whichever of two watchdog passes marks it first,
+/// and its holder, ending the note as it gives the value back, learns whether it was: three
+/// parties (two passes and the holder). A pass that marked with a plain store instead of a
+/// CAS reports twice, or marks a note the holder already ended.
+/// Reached: reported by one pass before the end, and ended unreported.
+#[test]
+fn a_hold_is_reported_at_most_once_and_its_holder_knows() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let (lease, value) = take(&slots);
+        slots.note_hold(&lease, 5, 42);
+        let (first, second) = (watchdog(&slots), watchdog(&slots));
+        let note = slots.end_hold(&lease).expect("the holder noted its hold");
+        assert!(matches!(slots.check_in(lease, value, 6), CheckIn::Kept));
+        let reports: Vec<_> = [first.join().unwrap(), second.join().unwrap()].concat();
+        assert!(reports.len() <= 1, "reported more than once: {reports:?}");
+        assert_eq!(
+            note.reported,
+            reports.len() == 1,
+            "the holder's view ({note:?}) and the reports ({reports:?}) disagree"
+        );
+        if let Some(&report) = reports.first() {
+            assert_eq!(report, (0, 5, 42), "the report is of the noted hold");
+        }
+        assert_eq!((note.since, note.tag), (5, 42));
+        reach.hit_if(note.reported, "reported before the end");
+        reach.hit_if(!note.reported, "ended unreported");
+        // Nothing is noted any more: a later pass reports nothing.
+        let mut late = 0;
+        slots.report_holds(u64::MAX >> 2, |_, _, _| late += 1);
+        assert_eq!(late, 0, "a report after the end");
+        assert_settled(&slots);
+    });
+    reach
+        .explored(2)
+        .reached_all(&["reported before the end", "ended unreported"]);
+}
+
 // --- rotating reuse (`QueueMode::Fifo`) ----------------------------------------------------
 
 /// A rotating table of `size` slots with `values` idle in slots 0, 1, … and its cursor moved

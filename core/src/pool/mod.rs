@@ -5,6 +5,7 @@
 pub mod channel;
 pub mod client;
 pub(crate) mod first;
+pub(crate) mod hold;
 pub mod keyed;
 pub mod managed;
 pub(crate) mod reap;

@@ -183,6 +183,23 @@
 //! a return wakes must not run the woken task inline inside `wake` (tokio's never do), or a
 //! task that retires the handed-over value would spin on the flag of the return that woke it.
 //!
+//! # Holder notes: how long a value has been out
+//!
+//! A pool that watches for values held too long (a connection leaked by its caller) has each
+//! holder note, right after its checkout, the stamp it took the value at and an opaque tag (a
+//! call site) in the slot's cell ([`ExclusiveSlots::note_hold`]), and end the note just before
+//! it gives the value back ([`ExclusiveSlots::end_hold`]). A watchdog pass
+//! ([`ExclusiveSlots::report_holds`]) reads the notes of every slot and reports each hold
+//! older than its bound **once, while it is still held**: it CASes the note's REPORTED bit on,
+//! and only the pass whose CAS succeeds reports; the holder's end swaps the note out and so
+//! learns whether it was reported (to say so again as the value comes back). The note is two
+//! words: the holder stores the tag, then the stamp (`Release`); the watchdog loads the stamp
+//! (`Acquire`), then the tag, then CASes the stamp it loaded. A tag read in between could
+//! belong to a later holder only if that holder took the slot at the very same stamp; a real
+//! clock never gives two checkouts of one slot the same nanosecond.
+//!
+//! The notes are the pool's to use or not: a pool that does not watch never writes them.
+//!
 //! # Closing values: the owner's half
 //!
 //! Every path that takes a value out of the table for good ([`ExclusiveSlots::retire_value`],
@@ -340,6 +357,12 @@ pub struct ExclusiveCell<T> {
     /// `Release`, as its last access. Whoever takes the value out of the table for good waits
     /// for it to clear first (module docs, "Returning without a reference count").
     settling: AtomicBool,
+    /// The holder's note (module docs, "Holder notes"): `NOTED | stamp` while a holder has
+    /// noted its hold, with `REPORTED` once a watchdog reported it; 0 otherwise. Written by
+    /// the holder (store, swap), CASed by a watchdog.
+    held: AtomicU64,
+    /// The holder's tag beside `held`, stored before it.
+    held_tag: AtomicUsize,
     /// The idle value. INVARIANT: accessed only by the holder of the slot's unit of load, or by
     /// the reaper that won the idle word (step 3); `Some` exactly while idle (module docs).
     value: UnsafeCell<Option<T>>,
@@ -360,6 +383,8 @@ impl<T> Default for ExclusiveCell<T> {
             born: AtomicU64::new(0),
             checkouts: AtomicU64::new(0),
             settling: AtomicBool::new(false),
+            held: AtomicU64::new(0),
+            held_tag: AtomicUsize::new(0),
             value: UnsafeCell::new(None),
         }
     }
@@ -716,6 +741,22 @@ pub struct IdleStamps {
     /// The stamp it was built at ([`ExclusiveSlots::occupy_born`]; 0 if not given).
     pub born: u64,
 }
+
+/// A holder's note as it ended ([`ExclusiveSlots::end_hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldNote {
+    /// The stamp the holder noted it took the value at.
+    pub since: u64,
+    /// The tag it noted.
+    pub tag: usize,
+    /// Whether a watchdog reported the hold while it lasted.
+    pub reported: bool,
+}
+
+/// A noted hold, in the word `ExclusiveCell::held`.
+const HOLD_NOTED: u64 = 1 << 63;
+/// A noted hold a watchdog reported.
+const HOLD_REPORTED: u64 = 1 << 62;
 
 /// Counts of an [`ExclusiveSlots`] table (a snapshot; scans every slot).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -1265,6 +1306,71 @@ impl<T> ExclusiveSlots<T> {
         let _ = self.table.mark_ready(lease.index(), lease.generation());
     }
 
+    // --- holder notes ---------------------------------------------------------------------
+
+    /// Notes that `lease`'s holder has held its value since `since` (clamped to
+    /// [`MAX_STAMP`]), with the opaque `tag`, for a watchdog (module docs, "Holder notes").
+    /// Only the holder calls it, once per checkout, and ends it with
+    /// [`ExclusiveSlots::end_hold`] before giving the value back.
+    pub fn note_hold(&self, lease: &Lease, since: u64, tag: usize) {
+        self.table.with_slot(lease.index(), |slot| {
+            let cell = slot.data();
+            cell.held_tag.store(tag, Ordering::Relaxed);
+            // The tag before the stamp: a watchdog that sees the stamp sees the tag.
+            cell.held
+                .store(HOLD_NOTED | since.min(MAX_STAMP), Ordering::Release);
+        });
+    }
+
+    /// Ends the note of `lease`'s holder: what it noted and whether a watchdog reported it;
+    /// `None` if it noted nothing.
+    pub fn end_hold(&self, lease: &Lease) -> Option<HoldNote> {
+        self.end_hold_at(lease.index())
+    }
+
+    /// [`ExclusiveSlots::end_hold`] by the slot's index (the caller holds its lease).
+    pub(crate) fn end_hold_at(&self, index: usize) -> Option<HoldNote> {
+        let (held, tag) = self.table.with_slot(index, |slot| {
+            let cell = slot.data();
+            // The holder wrote the tag itself: a plain load sees it.
+            let tag = cell.held_tag.load(Ordering::Relaxed);
+            (cell.held.swap(0, Ordering::AcqRel), tag)
+        })?;
+        (held & HOLD_NOTED != 0).then_some(HoldNote {
+            since: held & MAX_STAMP,
+            tag,
+            reported: held & HOLD_REPORTED != 0,
+        })
+    }
+
+    /// A watchdog pass: calls `report(index, since, tag)` once for each noted hold that began
+    /// at or before `before` and was not reported yet, marking it reported (a pass whose mark
+    /// loses to the holder's end, or to another pass, reports nothing). Scans every slot.
+    pub fn report_holds(&self, before: u64, mut report: impl FnMut(usize, u64, usize)) {
+        self.table.for_each_slot(|index, slot| {
+            let cell = slot.data();
+            let held = cell.held.load(Ordering::Acquire);
+            if held & HOLD_NOTED == 0 || held & HOLD_REPORTED != 0 || held & MAX_STAMP > before {
+                return;
+            }
+            let tag = cell.held_tag.load(Ordering::Relaxed);
+            // Ours to report only if the note is still the one we read: the holder may have
+            // ended it (or another pass marked it) since.
+            if cell
+                .held
+                .compare_exchange(
+                    held,
+                    held | HOLD_REPORTED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                report(index, held & MAX_STAMP, tag);
+            }
+        });
+    }
+
     /// Returns `value` to its slot, idle since `stamp` (clamped to [`MAX_STAMP`]), and
     /// releases the lease, or retires the slot if the table holds more values than its size.
     /// See [`CheckIn`] for what the caller must do with values that come back.
@@ -1414,8 +1520,13 @@ impl<T> ExclusiveSlots<T> {
         // The value leaves for good: not while the slot's previous holder still settles.
         self.await_settled(lease.index());
         self.table.with_slot(lease.index(), |slot| {
+            let cell = slot.data();
             // No value to reap: a reaper that read the old Idle word fails its next CAS.
-            slot.data().idle.store(IdleWord::EMPTY.0, Ordering::SeqCst);
+            cell.idle.store(IdleWord::EMPTY.0, Ordering::SeqCst);
+            // A holder's note ends with its value (module docs, "Holder notes").
+            if cell.held.load(Ordering::Relaxed) != 0 {
+                cell.held.store(0, Ordering::Release);
+            }
         });
         self.table.begin_drain(lease.index(), lease.generation());
         self.table.release(lease.reservation);

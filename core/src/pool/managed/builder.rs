@@ -13,6 +13,7 @@ use super::{BuildError, Config, Pool, PoolHandle, Shared};
 use crate::breaker::Breaker;
 use crate::error::ConfigError;
 use crate::exclusive::{ExclusiveSlots, Reuse, MAX_SIZE};
+use crate::pool::hold::HoldWatch;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::slots::Capacity;
@@ -237,6 +238,8 @@ pub struct PoolBuilder<M: Manager> {
     timeouts: Timeouts,
     /// [`PoolBuilder::connection_timeout`].
     get_timeout: Option<Duration>,
+    /// [`PoolBuilder::held_too_long`].
+    held_too_long: Option<Duration>,
     /// The setters that set each of `timeouts` last (for errors).
     timeout_names: [&'static str; 3],
     recycle: Recycle,
@@ -261,6 +264,7 @@ impl<M: Manager> PoolBuilder<M> {
                 recycle: Some(Duration::from_secs(30)),
             },
             get_timeout: None,
+            held_too_long: None,
             timeout_names: ["wait_timeout", "create_timeout", "recycle_timeout"],
             recycle: Recycle::Always,
             queue_mode: QueueMode::Lowest,
@@ -317,6 +321,36 @@ impl<M: Manager> PoolBuilder<M> {
     pub fn wait_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeouts.wait = timeout;
         self.timeout_names[0] = "wait_timeout";
+        self
+    }
+
+    /// Reports a checkout held longer than `threshold` (HikariCP's leak detection): once,
+    /// while it is still held, as a `tracing` warning with the call site of the `get` that
+    /// took it and its age, counted in [`Stats::held_too_long`](super::Stats::held_too_long);
+    /// and again, with its whole length, when it comes back. The background reaper looks
+    /// every quarter of `threshold` (or its reap interval, if shorter), so a report comes
+    /// between one and one and a quarter thresholds after the checkout; [`Pool::reap`] looks
+    /// too (with `reap_interval(None)`, only it does). On, each checkout and return reads the
+    /// clock, and hold times add up in [`Stats::hold_time`](super::Stats::hold_time); off (the
+    /// default), neither reads it.
+    ///
+    /// ```
+    /// # use std::convert::Infallible;
+    /// # use std::time::Duration;
+    /// # use slotpool::managed::{Manager, Pool};
+    /// # struct Numbers;
+    /// # impl Manager for Numbers {
+    /// #     type Type = u64;
+    /// #     type Error = Infallible;
+    /// #     async fn create(&self) -> Result<u64, Infallible> { Ok(0) }
+    /// # }
+    /// let pool = Pool::builder(Numbers)
+    ///     .held_too_long(Some(Duration::from_secs(30)))
+    ///     .build()?;
+    /// # Ok::<(), slotpool::ConfigError>(())
+    /// ```
+    pub fn held_too_long(mut self, threshold: Option<Duration>) -> Self {
+        self.held_too_long = threshold;
         self
     }
 
@@ -485,6 +519,7 @@ impl<M: Manager> PoolBuilder<M> {
         for (name, value) in [
             ("max_lifetime", self.max_lifetime),
             ("connection_timeout", self.get_timeout),
+            ("held_too_long", self.held_too_long),
             (wait, self.timeouts.wait),
             (create, self.timeouts.create),
             (recycle, self.timeouts.recycle),
@@ -496,7 +531,19 @@ impl<M: Manager> PoolBuilder<M> {
         self.settings.check(Names::PLAIN)?;
         let runtime = Handle::try_current().ok();
         // Outside a runtime too: the task starts on first use inside one.
-        let reap_interval = self.settings.reap_every();
+        let hold = self.held_too_long.map(|threshold| {
+            HoldWatch::new(
+                threshold,
+                "managed",
+                "slotpool_managed_hold_seconds",
+                self.settings.name.clone(),
+            )
+        });
+        // A watch of holds needs passes a quarter of its threshold apart.
+        let reap_interval = self.settings.reap_every().map(|every| {
+            hold.as_ref()
+                .map_or(every, |watch| every.min(watch.scan_every()))
+        });
         let reuse = match self.queue_mode {
             QueueMode::Lowest => Reuse::Lowest,
             QueueMode::Fifo => Reuse::Rotate,
@@ -512,6 +559,8 @@ impl<M: Manager> PoolBuilder<M> {
             recycle: self.recycle,
             reads_clock: self.max_lifetime.is_some()
                 || matches!(self.recycle, Recycle::IdleLongerThan(_)),
+            return_checks: self.max_lifetime.is_some() || hold.is_some(),
+            checkout_work: self.min_idle > 0 || hold.is_some(),
             reap_interval,
             maintained: reap_interval.is_some() || self.min_idle > 0,
             queue_mode: self.queue_mode,
@@ -538,6 +587,7 @@ impl<M: Manager> PoolBuilder<M> {
                 )
                 .growing(nanos(self.create_backoff.first))
                 .jittered(),
+                hold,
             });
             if let Some(runtime) = runtime.as_ref().filter(|_| start) {
                 shared.start_maintainer(runtime);
@@ -605,6 +655,7 @@ impl<M: Manager> fmt::Debug for PoolBuilder<M> {
             .field("max_lifetime", &self.max_lifetime)
             .field("timeouts", &self.timeouts)
             .field("connection_timeout", &self.get_timeout)
+            .field("held_too_long", &self.held_too_long)
             .field("recycle", &self.recycle)
             .field("queue_mode", &self.queue_mode)
             .field("create_backoff", &self.create_backoff)

@@ -172,6 +172,7 @@ pub(crate) mod time;
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
+use std::panic::Location;
 use std::pin::{pin, Pin};
 use std::ptr::NonNull;
 use std::task::{Context, Poll};
@@ -196,6 +197,7 @@ use crate::breaker::{Admission, Breaker};
 use crate::error::TryAcquireError;
 use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Retired, Unpinned};
 use crate::panic::{catch, report, Panic};
+use crate::pool::hold::HoldWatch;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, Weak};
 
 /// The managed object pool. See the [module documentation](self).
@@ -244,6 +246,8 @@ struct Shared<M: Manager> {
     /// The create back-off: after consecutive failed creations, new ones wait (a breaker on
     /// the pool's clock; threshold 0 when the back-off is off).
     backoff: Breaker,
+    /// Held-too-long detection ([`PoolBuilder::held_too_long`]), if on.
+    hold: Option<HoldWatch>,
 }
 
 /// The checked settings (see the builder for each).
@@ -260,6 +264,12 @@ struct Config {
     recycle: Recycle,
     /// Whether a checkout reads the clock (a lifetime cap, or recycling by idle time).
     reads_clock: bool,
+    /// Whether a return has more to do than put the object back (a lifetime cap, or a watch
+    /// of holds).
+    return_checks: bool,
+    /// Whether a checkout has more to do than take the object (`min_idle`, or a watch of
+    /// holds).
+    checkout_work: bool,
     /// The background reap interval, if any.
     reap_interval: Option<Duration>,
     /// Whether the pool runs a background task (a reap interval, or `min_idle`).
@@ -562,8 +572,9 @@ impl<M: Manager> Pool<M> {
     /// # Errors
     /// See [`PoolError`]: `Closed`, a `Timeout` (the pool's `wait_timeout` or
     /// `create_timeout`), `Create`, `PostCreateHook`, `Panicked`.
+    #[track_caller]
     pub fn get(&self) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
-        self.shared().get(Mode::Wait)
+        self.shared().get(Mode::Wait, Location::caller())
     }
 
     /// Like [`Pool::get`] but never waits for another caller: an idle object, or a new one if
@@ -572,10 +583,11 @@ impl<M: Manager> Pool<M> {
     /// # Errors
     /// [`PoolError::NoCapacity`] when every object is in use and the pool is full; otherwise
     /// as [`Pool::get`].
+    #[track_caller]
     pub fn try_get(
         &self,
     ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
-        self.shared().get(Mode::NoWait)
+        self.shared().get(Mode::NoWait, Location::caller())
     }
 
     /// [`Pool::get`] with a deadline `timeout` from now over all its steps (instead of the
@@ -584,18 +596,25 @@ impl<M: Manager> Pool<M> {
     ///
     /// # Errors
     /// [`PoolError::Timeout`] with the step, otherwise as [`Pool::get`].
-    pub async fn get_timeout(&self, timeout: Duration) -> Result<Object<M>, PoolError<M::Error>> {
-        let step = AtomicUsize::new(0);
-        let get = self.shared().get(Mode::Tracked(&step));
-        match within(Some(timeout), get).await {
-            Ok(result) => result,
-            Err(after) => {
-                // The `get` inside was started (it awaited) and is dropped uncounted.
-                self.shared().counters.gets_timed_out.incr();
-                Err(PoolError::Timeout {
-                    step: Mode::step(&step),
-                    after,
-                })
+    #[track_caller]
+    pub fn get_timeout(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
+        let site = Location::caller();
+        async move {
+            let step = AtomicUsize::new(0);
+            let get = self.shared().get(Mode::Tracked(&step), site);
+            match within(Some(timeout), get).await {
+                Ok(result) => result,
+                Err(after) => {
+                    // The `get` inside was started (it awaited) and is dropped uncounted.
+                    self.shared().counters.gets_timed_out.incr();
+                    Err(PoolError::Timeout {
+                        step: Mode::step(&step),
+                        after,
+                    })
+                }
             }
         }
     }
@@ -606,11 +625,12 @@ impl<M: Manager> Pool<M> {
     /// # Errors
     /// [`PoolError::Timeout`] in step `wait` or `create` past that step's deadline (a recycle
     /// past its deadline drops the object and the `get` goes on); otherwise as [`Pool::get`].
+    #[track_caller]
     pub fn get_timeouts<'a>(
         &'a self,
         timeouts: &'a Timeouts,
     ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + 'a {
-        self.shared().get(Mode::Given(timeouts))
+        self.shared().get(Mode::Given(timeouts), Location::caller())
     }
 
     /// Puts an object made elsewhere into the pool (bb8's `add`): idle in the lowest empty
@@ -820,6 +840,8 @@ impl<M: Manager> Pool<M> {
             detached: c.detached.get(),
             panics: c.panics.get(),
             paused: c.paused.get(),
+            held_too_long: shared.hold.as_ref().map_or(0, HoldWatch::reported),
+            hold_time: shared.hold.as_ref().map_or(Duration::ZERO, HoldWatch::held),
         }
     }
 
@@ -901,7 +923,11 @@ impl<M: Manager> Shared<M> {
 
     /// The whole `get`: a plain try first (the common case never builds the wait), then
     /// waiting (unless the mode says not to), then readying the object.
-    async fn get(self: &Arc<Self>, mode: Mode<'_>) -> Result<Object<M>, PoolError<M::Error>> {
+    async fn get(
+        self: &Arc<Self>,
+        mode: Mode<'_>,
+        site: &'static Location<'static>,
+    ) -> Result<Object<M>, PoolError<M::Error>> {
         // When this `get` first found creations paused (its wait deadline runs from there).
         let mut paused_since = None;
         let mut pace = Pace::Fast;
@@ -920,13 +946,14 @@ impl<M: Manager> Shared<M> {
             };
             match checkout {
                 Checkout::Idle { lease, value } => {
-                    if self.config.min_idle > 0 {
-                        self.idle_taken(lease.index());
+                    if self.config.checkout_work {
+                        self.checked_out(&lease, site, true);
                     }
                     match self.recycle_due(&value) {
                         Due::No => {
+                            let object = Object::new(lease, value);
                             self.served(pace);
-                            return Ok(Object::new(lease, value));
+                            return Ok(object);
                         }
                         Due::Expired => {
                             self.discard(lease, value, Gone::Expired);
@@ -1021,6 +1048,9 @@ impl<M: Manager> Shared<M> {
                     return match created {
                         Ok(object) => {
                             self.served(pace);
+                            if let Some(lease) = object.lease().filter(|_| self.hold.is_some()) {
+                                self.checked_out(lease, site, false);
+                            }
                             Ok(object)
                         }
                         Err(error) => Err(self.get_failed(pace, error)),
@@ -1064,6 +1094,20 @@ impl<M: Manager> Shared<M> {
             self.counters.gets_fast.incr();
         } else {
             self.served_slow(pace);
+        }
+    }
+
+    /// What a checkout (of an idle object, or of a new one) asks beyond taking it, for pools
+    /// with `min_idle` or a watch of holds: the `min_idle` top-up, and the hold noted (the
+    /// hold runs from here; a slot retired before the object goes out clears its note).
+    #[cold]
+    #[inline(never)]
+    fn checked_out(&self, lease: &Lease, site: &'static Location<'static>, idle: bool) {
+        if idle && self.config.min_idle > 0 {
+            self.idle_taken(lease.index());
+        }
+        if let Some(watch) = &self.hold {
+            watch.noted(&self.slots, lease, self.time.now(), site);
         }
     }
 
@@ -1467,18 +1511,19 @@ impl<M: Manager> Shared<M> {
             let anchor: &Anchor<M> = unsafe { &*anchor };
             Arc::clone(&anchor.shared)
         };
+        // Not before its creation (which read the clock): the recent time may lag behind.
+        let created = pooled.anchor.created;
+        let stamp = self.time.recent().max(created);
+        // One test for the settings that ask more of a return (a lifetime cap, a hold watch).
+        if self.config.return_checks && self.returned_expired(lease.index(), stamp, created) {
+            let kept = keep();
+            self.discard(lease, pooled, Gone::Expired);
+            return Ending::Pinned(kept);
+        }
         // bb8's check at return; the default `false` compiles to nothing.
         if self.has_broken(pooled.object_mut()) {
             let kept = keep();
             self.discard(lease, pooled, Gone::Broken);
-            return Ending::Pinned(kept);
-        }
-        // Not before its creation (which read the clock): the recent time may lag behind.
-        let created = pooled.anchor.created;
-        let stamp = self.time.recent().max(created);
-        if self.config.max_lifetime.is_some() && self.expired_at_return(stamp, created) {
-            let kept = keep();
-            self.discard(lease, pooled, Gone::Expired);
             return Ending::Pinned(kept);
         }
         pooled.anchor.returned.store(stamp, Ordering::Relaxed);
@@ -1492,11 +1537,16 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// Whether an object created at `created` and returned at the recent stamp `stamp` is
-    /// past `max_lifetime`. The stamp may be up to a reap interval early: where it cannot
-    /// tell, the clock does. Out of line: only pools with a lifetime cap call it.
+    /// The return's extra work, for pools with a lifetime cap or a hold watch: ends
+    /// the hold note of `slot`, and says whether an object created at `created` and returned at
+    /// the recent stamp `stamp` is past `max_lifetime` (the stamp may be up to a reap
+    /// interval early: where it cannot tell, the clock does). Out of line: only such pools
+    /// call it.
     #[inline(never)]
-    fn expired_at_return(&self, stamp: u64, created: u64) -> bool {
+    fn returned_expired(&self, slot: usize, stamp: u64, created: u64) -> bool {
+        if let Some(watch) = &self.hold {
+            watch.ended(&self.slots, slot, self.time.now());
+        }
         self.config
             .max_lifetime
             .is_some_and(|lifetime| self.time.passed_since(stamp, created, lifetime))
@@ -1515,6 +1565,9 @@ impl<M: Manager> Shared<M> {
     fn reap(&self, now: quanta::Instant) -> usize {
         let now = self.time.stamp(now);
         self.time.passed(now);
+        if let Some(watch) = &self.hold {
+            watch.report(&self.slots, now);
+        }
         let idle_timeout = self.config.idle_timeout.saturating_add(self.time.staleness);
         let keep = self.config.min_idle;
         let mut idle_seen = 0usize;

@@ -36,6 +36,12 @@ impl<M: Manager> Object<M> {
         self.held.as_mut().map(|(_, pooled)| pooled)
     }
 
+    /// The object's slot lease while it holds one.
+    #[inline]
+    pub(super) fn lease(&self) -> Option<&Lease> {
+        self.held.as_ref().map(|(lease, _)| lease)
+    }
+
     /// Empties the object without returning it (the pool drops what comes back).
     #[inline]
     pub(super) fn take_held(&mut self) -> Option<(Lease, Pooled<M>)> {
@@ -65,6 +71,9 @@ impl<M: Manager> Object<M> {
         };
         let (mut object, anchor) = pooled.into_parts();
         let shared = &anchor.shared;
+        if let Some(watch) = &shared.hold {
+            watch.ended(&shared.slots, lease.index(), shared.time.now());
+        }
         if let Err(panic) = catch(|| shared.manager.detach(&mut object)) {
             shared.panicked(Step::Detach, &panic);
         }

@@ -102,6 +102,13 @@ pub struct Stats {
     pub detached: u64,
     /// Panics of user code caught by the pool.
     pub panics: u64,
+    /// Checkouts reported while held past the [`held_too_long`](super::PoolBuilder::held_too_long)
+    /// threshold (0 with the detection off).
+    pub held_too_long: u64,
+    /// How long objects were held, in all, while the held-too-long detection is on (zero
+    /// with it off: a return then reads no clock). With the `metrics` feature each hold is
+    /// also a sample of the histogram `slotpool_managed_hold_seconds`.
+    pub hold_time: std::time::Duration,
     /// Times a creation was held back because creations are paused after failures (the
     /// [`CreateBackoff`](super::CreateBackoff)): a `get` that then waited for the pause or
     /// failed with [`PoolError::Unavailable`](super::PoolError::Unavailable), or a `min_idle`
