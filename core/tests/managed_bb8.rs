@@ -362,6 +362,24 @@ async fn every_end_of_a_checkout_ends_its_hold() {
     );
 }
 
+/// A hold runs from the checkout: an idle object that its recycle then rejects leaves the
+/// pool without a hold behind it (its slot, retired, forgets the note), and only the object
+/// the `get` hands out is watched.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_object_discarded_at_checkout_leaves_no_hold() {
+    let f = Fixture::with(2, |b| b.held_too_long(Some(10 * SECOND)));
+    let (a, b) = (f.pool.get().await.unwrap(), f.pool.get().await.unwrap());
+    drop((a, b)); // slots 0 and 1 idle
+    f.script.recycles(&[Act::Reject]);
+    let held = f.pool.get().await.unwrap(); // slot 0 rejected, slot 1 handed out
+    assert_eq!(slotpool::managed::Object::slot(&held), 1);
+    f.time.advance(11 * SECOND);
+    f.pool.reap(f.time.now());
+    let stats = f.pool.stats();
+    assert_eq!((stats.held_too_long, stats.discarded), (1, 1), "{stats:?}");
+    drop(held);
+}
+
 /// Off by default: nothing is reported and no hold time is kept.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn holds_are_not_watched_by_default() {
