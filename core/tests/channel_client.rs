@@ -737,3 +737,50 @@ async fn held_clients_name_their_slots_lowest_first() {
     let again = f.clients.acquire().await.unwrap();
     assert_eq!(again.slot(), 0);
 }
+
+/// The client pool's held-too-long watch, as the managed pool's: a client held past the
+/// threshold is reported once while held, with the call site of its `acquire`, and again as
+/// it comes back; hold times add up. On the mock clock, looked at by `reap`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_client_held_too_long_is_reported_with_its_call_site() {
+    use common::ReapByHand;
+    let (logs, _guard) = common::logs::capture_logs();
+    let (time, channels, _, _) = common::channel::steered_channel_pool(4);
+    let (factory, _) = Factory::steered();
+    let clients = ClientPool::builder(Arc::clone(&channels), factory)
+        .held_too_long(Some(Duration::from_secs(10)))
+        .reaped_by_hand(&time)
+        .build()
+        .unwrap();
+    let line = line!() + 1;
+    let held = clients.acquire().await.unwrap();
+    let site = format!("{}:{line}", file!());
+    let brief = clients.try_acquire().await.unwrap();
+    time.advance(Duration::from_secs(4));
+    drop(brief);
+    time.advance(Duration::from_secs(7));
+    clients.reap(time.now());
+    assert_eq!(clients.stats().held_too_long, 1, "reported while held");
+    let text = logs.text();
+    assert!(
+        text.contains("held too long") && text.contains(&site),
+        "{text}"
+    );
+    clients.reap(time.now());
+    assert_eq!(clients.stats().held_too_long, 1, "once");
+    drop(held);
+    assert!(logs.text().contains("came back"), "{}", logs.text());
+    assert_eq!(
+        clients.stats().hold_time,
+        Duration::from_secs(15),
+        "4 s and 11 s"
+    );
+    let error = ClientPool::builder(channels, Factory::steered().0)
+        .held_too_long(Some(Duration::ZERO))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(error, ConfigError::Zero("held_too_long")),
+        "{error}"
+    );
+}

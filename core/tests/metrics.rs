@@ -69,20 +69,19 @@ async fn stream_pool_stats_become_gauges_and_counters() {
 
 #[test]
 fn client_and_session_snapshots_map_field_by_field() {
-    let client = ClientStats {
-        capacity: Some(16),
-        clients: 5,
-        idle: 3,
-        in_use: 2,
-        waiting: 1,
-        acquires: 40,
-        waits: 7,
-        wait_time: std::time::Duration::from_millis(250),
-        created: 5,
-        make_failures: 2,
-        discards: 1,
-        reaps: 4,
-    };
+    let mut client = ClientStats::default();
+    client.capacity = Some(16);
+    client.clients = 5;
+    client.idle = 3;
+    client.in_use = 2;
+    client.waiting = 1;
+    client.acquires = 40;
+    client.waits = 7;
+    client.wait_time = std::time::Duration::from_millis(250);
+    client.created = 5;
+    client.make_failures = 2;
+    client.discards = 1;
+    client.reaps = 4;
     let session = SessionStats::default();
     let capture = Capture::default();
     metrics::with_local_recorder(&capture, || {

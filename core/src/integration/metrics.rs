@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | [`StreamPool`](crate::stream::StreamPool) | `slotpool_stream_slots{phase}`, `slotpool_stream_in_flight`, `slotpool_stream_waiting`, `slotpool_stream_breaker_state` (0 closed, 1 open, 2 half-open) | `acquires`, `waits`, `wait_nanoseconds`, `completed`, `failed`, `cancelled`, `spin_ups`, `connect_failures`, `stream_failures`, `panics`, `open_timeouts`, `stalls`, `reaps`, `late_responses`, `unknown_responses`, `breaker_rejections`, each as `slotpool_stream_<name>_total` |
 //! | [`ChannelPool`](crate::channel::ChannelPool) | `slotpool_channel_channels`, `slotpool_channel_clients` | `slotpool_channel_{gets,opened,reaps,broken,panics}_total` |
-//! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,wait_nanoseconds,created,make_failures,discards,reaps}_total` |
+//! | [`ClientPool`](crate::client::ClientPool) | `slotpool_client_{clients,idle,in_use,waiting}` and `slotpool_client_capacity` (bounded pools) | `slotpool_client_{acquires,waits,wait_nanoseconds,created,make_failures,discards,reaps,held_too_long,hold_nanoseconds}_total` |
 //! | [`managed::Pool`](crate::managed::Pool) | `slotpool_managed_{max_size,size,available,in_use,waiting}` | `slotpool_managed_{gets,gets_direct,gets_waited,gets_timed_out,checkouts,waits,wait_nanoseconds,created,created_off_caller,create_failures,recycled,discarded,broken,expired,reaped,surplus,retained_out,detached,panics,paused,held_too_long,hold_nanoseconds}_total` |
 //! | [`SessionPool`](crate::session::SessionPool) | `slotpool_session_{capacity,in_use,active,establishing,idle}` | `slotpool_session_{connects,bootstraps,reattaches,failures,exhausted,waits,wait_nanoseconds,released,reaped,rebuilt,panics}_total` |
 //!
@@ -266,6 +266,16 @@ impl Export for ClientStats {
         );
         counter("slotpool_client_discards_total", pool, self.discards);
         counter("slotpool_client_reaps_total", pool, self.reaps);
+        counter(
+            "slotpool_client_held_too_long_total",
+            pool,
+            self.held_too_long,
+        );
+        counter(
+            "slotpool_client_hold_nanoseconds_total",
+            pool,
+            nanoseconds(self.hold_time),
+        );
     }
 }
 

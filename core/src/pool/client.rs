@@ -69,6 +69,7 @@ use std::fmt;
 use std::future::{poll_fn, Future};
 use std::mem::ManuallyDrop;
 use std::ops::{ControlFlow, Deref, DerefMut};
+use std::panic::Location;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -79,6 +80,7 @@ use crate::error::{ConfigError, Reach, TryAcquireError};
 use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
 use crate::panic::{catch, report, CatchUnwind, Panic};
 use crate::pool::first::FirstPoll;
+use crate::pool::hold::HoldWatch;
 use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
@@ -139,6 +141,7 @@ impl<E: std::error::Error + 'static> ClientError<E> {
 
 /// A snapshot of a [`ClientPool`]'s state and counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientStats {
     /// `max_clients`, if bounded.
     pub capacity: Option<usize>,
@@ -169,6 +172,13 @@ pub struct ClientStats {
     pub discards: u64,
     /// Clients closed by the reaper.
     pub reaps: u64,
+    /// Checkouts reported while held past the
+    /// [`held_too_long`](ClientPoolBuilder::held_too_long) threshold (0 with it off).
+    pub held_too_long: u64,
+    /// How long clients were held, in all, while the held-too-long detection is on (zero with
+    /// it off). With the `metrics` feature each hold is also a sample of the histogram
+    /// `slotpool_client_hold_seconds`.
+    pub hold_time: Duration,
 }
 
 /// Builder for a [`ClientPool`]; see [`ClientPool::builder`].
@@ -176,6 +186,7 @@ pub struct ClientPoolBuilder<C: ChannelConnector, F> {
     channels: Arc<ChannelPool<C>>,
     factory: F,
     max_clients: Option<usize>,
+    held_too_long: Option<Duration>,
     settings: Settings,
 }
 
@@ -184,6 +195,18 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
     /// (unbounded).
     pub fn max_clients(mut self, max: Option<usize>) -> Self {
         self.max_clients = max;
+        self
+    }
+
+    /// Reports a checkout held longer than `threshold`, as the managed pool's
+    /// [`held_too_long`](crate::managed::PoolBuilder::held_too_long) does: once while held (a
+    /// `tracing` warning with the call site of its `acquire` and its age, counted in
+    /// [`ClientStats::held_too_long`]), again when it comes back; hold times add up in
+    /// [`ClientStats::hold_time`]. The background reaper looks every quarter threshold (or
+    /// its reap interval, if shorter), and [`ClientPool::reap`] looks too. Off (the default),
+    /// a checkout and a return read no clock for it.
+    pub fn held_too_long(mut self, threshold: Option<Duration>) -> Self {
+        self.held_too_long = threshold;
         self
     }
 
@@ -206,6 +229,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
     /// [`ConfigError`] for a zero or too large `max_clients`, a zero idle timeout or reap
     /// interval, or a reap interval asked for without a tokio runtime.
     pub fn build(self) -> Result<Arc<ClientPool<C, F>>, ConfigError> {
+        if self.held_too_long.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::Zero("held_too_long"));
+        }
         let capacity = match self.max_clients {
             Some(0) => return Err(ConfigError::Zero("max_clients")),
             Some(n) => Capacity::Bounded(n),
@@ -221,6 +247,14 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             other => other,
         })?;
         let runtime = Handle::try_current().ok();
+        let hold = self.held_too_long.map(|threshold| {
+            HoldWatch::new(
+                threshold,
+                "client",
+                "slotpool_client_hold_seconds",
+                self.settings.name.clone(),
+            )
+        });
         let reap_interval = self.settings.reap_interval(runtime.as_ref())?;
         let clock = self.settings.clock_or(|| self.channels.clock().clone());
         let shared = Arc::new(ClientShared {
@@ -230,12 +264,14 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             time: RecentClock::new(clock, reap_interval),
             idle_timeout: self.settings.idle_timeout,
             counters: Counters::new(self.settings.name.clone()),
+            hold,
         });
-        let reaper = self
-            .settings
-            .start_reaper(runtime.as_ref(), &shared, |shared| {
-                shared.reap(shared.time.clock.now());
-            })?;
+        let scan = shared.hold.as_ref().map(HoldWatch::scan_every);
+        let reaper =
+            self.settings
+                .start_reaper_within(runtime.as_ref(), &shared, scan, |shared| {
+                    shared.reap(shared.time.clock.now());
+                })?;
         Ok(Arc::new(ClientPool { shared, reaper }))
     }
 }
@@ -244,6 +280,7 @@ impl<C: ChannelConnector, F> fmt::Debug for ClientPoolBuilder<C, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientPoolBuilder")
             .field("max_clients", &self.max_clients)
+            .field("held_too_long", &self.held_too_long)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
@@ -345,6 +382,8 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     time: RecentClock,
     idle_timeout: Duration,
     counters: Counters,
+    /// Held-too-long detection ([`ClientPoolBuilder::held_too_long`]), if on.
+    hold: Option<HoldWatch>,
 }
 
 /// Counters of the cold paths (acquires are counted per slot by their holders).
@@ -383,6 +422,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
         pooled: Pooled<C, F>,
         keep: impl FnOnce() -> Arc<ClientShared<C, F>>,
     ) -> Ending<Arc<ClientShared<C, F>>> {
+        if let Some(watch) = &self.hold {
+            watch.ended(&self.slots, lease.index(), self.time.now());
+        }
         let stamp = self.time.recent();
         match self.slots.check_in_unpinned(lease, pooled, stamp, keep) {
             Unpinned::Settling(settling) => Ending::Settling(settling),
@@ -439,15 +481,26 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     async fn finish(
         self: &Arc<Self>,
         checkout: Checkout<Pooled<C, F>>,
+        site: &'static Location<'static>,
     ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
         match checkout {
-            Checkout::Idle { lease, value } => Ok(Self::guard(lease, value)),
-            Checkout::Vacant { lease } => self.build(lease).await,
+            Checkout::Idle { lease, value } => Ok(self.guard(lease, value, site)),
+            Checkout::Vacant { lease } => self.build(lease, site).await,
         }
     }
 
+    /// The guard of a checkout by an `acquire` called at `site` (its hold noted, if the pool
+    /// watches holds).
     #[inline]
-    fn guard(lease: Lease, pooled: Pooled<C, F>) -> ClientGuard<C, F> {
+    fn guard(
+        &self,
+        lease: Lease,
+        pooled: Pooled<C, F>,
+        site: &'static Location<'static>,
+    ) -> ClientGuard<C, F> {
+        if let Some(watch) = &self.hold {
+            watch.noted(&self.slots, &lease, self.time.now(), site);
+        }
         ClientGuard {
             lease: ManuallyDrop::new(Some(lease)),
             pooled: ManuallyDrop::new(Some(pooled)),
@@ -458,6 +511,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     async fn build(
         self: &Arc<Self>,
         lease: Lease,
+        site: &'static Location<'static>,
     ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
         let building = Building {
             shared: self,
@@ -490,13 +544,14 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
                 let anchor = Arc::new(CachePadded::new(Anchor {
                     shared: Arc::clone(self),
                 }));
-                Ok(Self::guard(
+                Ok(self.guard(
                     lease,
                     Box::new(PooledClient {
                         client,
                         channel,
                         anchor,
                     }),
+                    site,
                 ))
             }
             Ok(Err(source)) => {
@@ -538,6 +593,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
 
     fn reap(&self, now: quanta::Instant) -> usize {
         let now_ns = self.time.stamp(now);
+        if let Some(watch) = &self.hold {
+            watch.report(&self.slots, now_ns);
+        }
         // Releases from now on are stamped at least `now`.
         self.time.passed(now_ns);
         let timeout = nanos(self.idle_timeout).saturating_add(self.time.staleness);
@@ -592,6 +650,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
             channels,
             factory,
             max_clients: None,
+            held_too_long: None,
             settings: Settings::new(Duration::from_secs(180), Duration::from_secs(10)),
         }
     }
@@ -610,20 +669,22 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// [`ClientError::Channel`] if no channel could be had for it (the channel connector
     /// panicked); in each failure the slot and channel share are freed first.
     #[inline]
+    #[track_caller]
     pub fn acquire<'a>(
         self: &'a Arc<Self>,
     ) -> impl Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>> + 'a {
         let pool = &**self;
+        let site = Location::caller();
         FirstPoll::new(
             // A plain try, as the wait's first poll would make, without its machinery.
             move || match pool.shared.slots.try_checkout() {
                 Ok(Checkout::Idle { lease, value }) => {
-                    ControlFlow::Break(Ok(ClientShared::guard(lease, value)))
+                    ControlFlow::Break(Ok(pool.shared.guard(lease, value, site)))
                 }
                 Err(TryAcquireError::Closed) => ControlFlow::Break(Err(ClientError::Closed)),
                 other => ControlFlow::Continue(other),
             },
-            move |first| pool.acquire_from(first),
+            move |first| pool.acquire_from(first, site),
         )
     }
 
@@ -632,16 +693,14 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     async fn acquire_from(
         &self,
         first: Result<Checkout<Pooled<C, F>>, TryAcquireError>,
+        site: &'static Location<'static>,
     ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
         let shared = &self.shared;
         let checkout = match first {
             Ok(checkout) => checkout,
             Err(_) => shared.wait().await?,
         };
-        match checkout {
-            Checkout::Idle { lease, value } => Ok(ClientShared::guard(lease, value)),
-            Checkout::Vacant { lease } => shared.build(lease).await,
-        }
+        shared.finish(checkout, site).await
     }
 
     /// Like [`ClientPool::acquire`] but never waits for capacity: returns an idle client,
@@ -651,15 +710,21 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// # Errors
     /// [`ClientError::NoCapacity`] when `max_clients` clients are in use, otherwise as
     /// [`ClientPool::acquire`].
-    pub async fn try_acquire(self: &Arc<Self>) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
-        let checkout = self.shared.slots.try_checkout().map_err(|e| match e {
-            TryAcquireError::Closed => ClientError::Closed,
-            // The slot table has no breaker: anything else means no capacity.
-            TryAcquireError::NoCapacity | TryAcquireError::Unavailable { .. } => {
-                ClientError::NoCapacity
-            }
-        })?;
-        self.shared.finish(checkout).await
+    #[track_caller]
+    pub fn try_acquire(
+        self: &Arc<Self>,
+    ) -> impl Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>> + '_ {
+        let site = Location::caller();
+        async move {
+            let checkout = self.shared.slots.try_checkout().map_err(|e| match e {
+                TryAcquireError::Closed => ClientError::Closed,
+                // The slot table has no breaker: anything else means no capacity.
+                TryAcquireError::NoCapacity | TryAcquireError::Unavailable { .. } => {
+                    ClientError::NoCapacity
+                }
+            })?;
+            self.shared.finish(checkout, site).await
+        }
     }
 
     /// [`ClientPool::acquire`] with a deadline `timeout` from now (covering the wait and
@@ -668,13 +733,17 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// # Errors
     /// [`ClientError::Timeout`] if none came in time (nothing is held; a client being built
     /// is dropped with its slot), otherwise as [`ClientPool::acquire`].
-    pub async fn acquire_timeout(
+    #[track_caller]
+    pub fn acquire_timeout(
         self: &Arc<Self>,
         timeout: Duration,
-    ) -> Result<ClientGuard<C, F>, ClientError<F::Error>> {
-        match tokio::time::timeout(timeout, self.acquire()).await {
-            Ok(result) => result,
-            Err(_) => Err(ClientError::Timeout { waited: timeout }),
+    ) -> impl Future<Output = Result<ClientGuard<C, F>, ClientError<F::Error>>> + '_ {
+        let acquire = self.acquire();
+        async move {
+            match tokio::time::timeout(timeout, acquire).await {
+                Ok(result) => result,
+                Err(_) => Err(ClientError::Timeout { waited: timeout }),
+            }
         }
     }
 
@@ -704,6 +773,12 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
             make_failures: c.make_failures.get(),
             discards: c.discards.get(),
             reaps: c.reaps.get(),
+            held_too_long: self.shared.hold.as_ref().map_or(0, HoldWatch::reported),
+            hold_time: self
+                .shared
+                .hold
+                .as_ref()
+                .map_or(Duration::ZERO, HoldWatch::held),
         }
     }
 

@@ -163,8 +163,24 @@ impl Settings {
         shared: &Arc<S>,
         tick: impl Fn(&Arc<S>) + Send + 'static,
     ) -> Result<Option<AbortHandle>, ConfigError> {
+        self.start_reaper_within(runtime, shared, None, tick)
+    }
+
+    /// [`Settings::start_reaper`], ticking at least every `at_most` (a pool's watch of holds
+    /// needs its passes that close) if the reaper runs at all.
+    ///
+    /// # Errors
+    /// As [`Settings::start_reaper`].
+    pub(crate) fn start_reaper_within<S: Send + Sync + 'static>(
+        &self,
+        runtime: Option<&Handle>,
+        shared: &Arc<S>,
+        at_most: Option<Duration>,
+        tick: impl Fn(&Arc<S>) + Send + 'static,
+    ) -> Result<Option<AbortHandle>, ConfigError> {
         Ok(match (self.reap_interval(runtime)?, runtime) {
             (Some(every), Some(runtime)) => {
+                let every = at_most.map_or(every, |at_most| every.min(at_most));
                 Some(spawn_reaper(runtime, Arc::downgrade(shared), every, tick))
             }
             _ => None,
