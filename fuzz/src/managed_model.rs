@@ -395,13 +395,16 @@ impl Cfg {
     fn decode(bytes: &mut Bytes<'_>) -> Self {
         let max_size = 1 + bytes.below(4);
         let b = bytes.byte();
-        let min_idle = if b % 3 == 0 {
-            1 + (b as usize / 3) % max_size
-        } else {
-            0
+        // One configuration in three keeps objects idle, two in three cap their lifetime.
+        let min_idle = match b % 3 {
+            0 => 1 + (b as usize / 3) % max_size,
+            _ => 0,
         };
         let b = bytes.byte();
-        let lifetime = (b % 3 != 0).then_some(2 + u64::from(b / 3) % 8);
+        let lifetime = match b % 3 {
+            0 => None,
+            _ => Some(2 + u64::from(b / 3) % 8),
+        };
         let b = bytes.byte();
         let idle_timeout = 1 + u64::from(b % 6);
         let hooks = (b / 6) % 2 == 1;
