@@ -995,7 +995,7 @@ impl<M: Manager> Shared<M> {
                     let outcome = match guard.object.as_deref_mut().and_then(Object::pooled_mut) {
                         Some(pooled) => {
                             // Without hooks, `recycle_now` has had its say.
-                            self.recycle_all(pooled, !hooks, &mut mode).await
+                            self.recycle_all(pooled, !hooks, &mut mode, &mut pace).await
                         }
                         None => Ok(()),
                     };
@@ -1062,10 +1062,13 @@ impl<M: Manager> Shared<M> {
 
     /// The deadline of a recycle that has to wait: the step's own (the pool's, or the
     /// caller's for `get_timeouts`), or what is left of the `get`'s whole-get deadline if
-    /// that is sooner (armed now, if the `get` has not awaited before).
+    /// that is sooner (armed now, if the `get` has not awaited before). The `get` counts as
+    /// started from here.
     #[cold]
     #[inline(never)]
-    fn recycle_limit(&self, mode: &mut Mode<'_>) -> Option<Duration> {
+    fn recycle_limit(&self, mode: &mut Mode<'_>, pace: &mut Pace) -> Option<Duration> {
+        // A `get` under way from here: counted as started, if it was not yet.
+        self.slowed(pace);
         let step = mode.timeouts(&self.config.timeouts).recycle;
         mode.arm(self.config.get_timeout);
         match *mode {
@@ -1286,6 +1289,7 @@ impl<M: Manager> Shared<M> {
         pooled: &mut Pooled<M>,
         checked: bool,
         mode: &mut Mode<'_>,
+        pace: &mut Pace,
     ) -> Result<(), Option<(Step, Panic)>> {
         let meta = self.meta(pooled.stamps());
         let object = pooled.object_mut();
@@ -1305,13 +1309,15 @@ impl<M: Manager> Shared<M> {
                     let mut recycle = pin!(Contained::new(recycle));
                     match FirstPoll(recycle.as_mut()).await {
                         Poll::Ready(done) => done,
-                        Poll::Pending => match within(self.recycle_limit(mode), recycle).await {
-                            Ok(done) => done,
-                            Err(after) => {
-                                tracing::warn!(?after, "recycle timed out; object dropped");
-                                return Err(None);
+                        Poll::Pending => {
+                            match within(self.recycle_limit(mode, pace), recycle).await {
+                                Ok(done) => done,
+                                Err(after) => {
+                                    tracing::warn!(?after, "recycle timed out; object dropped");
+                                    return Err(None);
+                                }
                             }
-                        },
+                        }
                     }
                 }
                 Err(panic) => Err(panic),
@@ -1514,16 +1520,20 @@ impl<M: Manager> Shared<M> {
         // Not before its creation (which read the clock): the recent time may lag behind.
         let created = pooled.anchor.created;
         let stamp = self.time.recent().max(created);
-        // One test for the settings that ask more of a return (a lifetime cap, a hold watch).
-        if self.config.return_checks && self.returned_expired(lease.index(), stamp, created) {
-            let kept = keep();
-            self.discard(lease, pooled, Gone::Expired);
-            return Ending::Pinned(kept);
-        }
-        // bb8's check at return; the default `false` compiles to nothing.
+        // One test for the settings that ask more of a return (a lifetime cap, a hold
+        // watch): the hold ends here, whatever becomes of the object.
+        let expired =
+            self.config.return_checks && self.returned_expired(lease.index(), stamp, created);
+        // bb8's check at return; the default `false` compiles to nothing. Before the age: a
+        // broken object is dropped as broken.
         if self.has_broken(pooled.object_mut()) {
             let kept = keep();
             self.discard(lease, pooled, Gone::Broken);
+            return Ending::Pinned(kept);
+        }
+        if expired {
+            let kept = keep();
+            self.discard(lease, pooled, Gone::Expired);
             return Ending::Pinned(kept);
         }
         pooled.anchor.returned.store(stamp, Ordering::Relaxed);
@@ -1616,11 +1626,19 @@ impl<M: Manager> Shared<M> {
     /// each slot's words).
     #[inline(never)]
     fn idle_taken(&self, index: usize) {
-        let idle = match self.config.queue_mode {
-            QueueMode::Lowest => self.slots.live().saturating_sub(index + 1),
-            QueueMode::Fifo => self.slots.counts().idle,
+        // Lowest first, every idle object is above the slot just taken: if fewer slots than
+        // `min_idle` hold objects there, the top-up is due without counting. Otherwise (and
+        // in turn, where idle objects may be anywhere) the slots are counted: objects in use
+        // above the slot are not idle.
+        let short = match self.config.queue_mode {
+            QueueMode::Lowest
+                if self.slots.live().saturating_sub(index + 1) < self.config.min_idle =>
+            {
+                true
+            }
+            _ => self.slots.counts().idle < self.config.min_idle,
         };
-        if idle < self.config.min_idle {
+        if short {
             self.maintain.notify_one();
         }
     }

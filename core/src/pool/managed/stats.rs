@@ -41,8 +41,8 @@ pub struct Stats {
     /// The gauges.
     pub status: Status,
     /// `get`s started (bb8's `get_started`): every `get`, `try_get`, `get_timeout` and
-    /// `get_timeouts`, counted once it waits or creates an object, or when it ends, whichever
-    /// comes first. `gets - gets_direct - gets_waited - gets_timed_out` are the `get`s under
+    /// `get_timeouts`, counted once it waits, creates an object or recycles one that does not
+    /// answer at once, or when it ends, whichever comes first. `gets - gets_direct - gets_waited - gets_timed_out` are the `get`s under
     /// way or that ended otherwise (failed, or cancelled by their caller).
     pub gets: u64,
     /// `get`s that handed out an object without waiting for another caller (bb8's
