@@ -20,28 +20,26 @@
 //!
 //! Without `SLOTPOOL_PG` it says so and exits (with `SLOTPOOL_PG_REQUIRED` set, it fails).
 //!
-//! The port changes 20 lines, more than a deadpool-postgres port does (bb8's builder, errors
-//! and statistics have other shapes than slotpool's):
+//! The port changes 9 lines:
 //!
-//! * 4 of names: the two imports, the manager's type and its constructor
-//!   (`PostgresConnectionManager` is `PgManager`; `new_from_stringlike(params, NoTls)` keeps
-//!   its name and arguments);
-//! * 2 of the owned connection: `PooledConnection<'static, M>` is `Object<M>` (every `Object`
-//!   is owned), and `get_owned()` is `get()`;
-//! * 5 of the builder: the manager goes to `Pool::builder(..)` (with bb8-postgres's check-out
+//! * 2 of imports: the pool, its object, its error and the recycle policy from
+//!   `slotpool::managed`; the manager from `managed::postgres`, renamed to bb8-postgres's
+//!   `PostgresConnectionManager` (its `new_from_stringlike(params, NoTls)` keeps its name and
+//!   arguments);
+//! * 1 of the owned connection: `PooledConnection<'static, M>` is `Object<M>` (every `Object`
+//!   is owned; `get_owned` is there by bb8's name);
+//! * 4 of the builder: the manager goes to `Pool::builder(..)` (with bb8-postgres's check-out
 //!   query as the manager's `Recycling::Verified`), `min_idle(Some(n))` is `min_idle(n)`,
-//!   `connection_timeout(d)` is `connection_timeout(Some(d))`, `test_on_check_out(true)` is
-//!   `recycle(Recycle::Always)` (with `Verified`: both settings), and the async
-//!   `build(manager)` is `build_eager()`;
+//!   `test_on_check_out(true)` is `recycle(Recycle::Always)` (with `Verified`: both
+//!   settings), and the async `build(manager)` is `build_eager()`; `connection_timeout(d)`
+//!   keeps its meaning (one deadline over the whole `get`) and its argument;
 //! * 2 of the error match: `RunError::TimedOut` is `PoolError::Timeout { .. }`, and the
 //!   `RunError::User(e)` arm becomes a catch-all (bb8's `User(e)` is
 //!   `PoolError::Create(PgError::Connect(e))`; slotpool's error has more variants: closed,
-//!   creations paused after failures, a panic);
-//! * 7 of the metrics: bb8's `State { connections, idle_connections, statistics }` is
-//!   `Stats` (`status.size`, `status.available`, `gets_direct`, `gets_waited`,
-//!   `gets_timed_out`, `created`).
+//!   creations paused after failures, a panic).
 //!
-//! `get`, the queries, `transaction` and `commit` are the same calls.
+//! `pool.state()` answers bb8's `State { connections, idle_connections, statistics }` field
+//! for field; `get`, `get_owned`, the queries, `transaction` and `commit` are the same calls.
 
 use std::error::Error;
 use std::time::Duration;
@@ -180,15 +178,14 @@ mod after {
 
     // port: the pool, its (owned) object, its error and the recycle policy come from slotpool
     use slotpool::managed::{Object, Pool, PoolError, Recycle};
-    // port: the manager and its recycling method
-    use slotpool::managed::postgres::{PgManager, Recycling};
+    // port: the manager (by bb8-postgres's name) and its recycling method
+    use slotpool::managed::postgres::{PgManager as PostgresConnectionManager, Recycling};
     use tokio_postgres::NoTls;
 
     use super::{BoxError, PoolReport};
 
     /// The pool's manager: tokio-postgres connections, without TLS.
-    // port: the manager's name
-    pub type Manager = PgManager<NoTls>;
+    pub type Manager = PostgresConnectionManager<NoTls>;
 
     /// A connection a handler holds on its own, across its awaits.
     // port: every `Object` is owned (`'static`): no lifetime to name
@@ -205,16 +202,14 @@ mod after {
     /// Four connections, all opened before the pool answers, each checked at check-out;
     /// a `get` gives up after `timeout`.
     pub async fn make_pool(params: &str, timeout: Duration) -> Result<Pool<Manager>, BoxError> {
-        // port: the manager's name (`new_from_stringlike` is bb8-postgres's: the same arguments)
-        let manager = PgManager::new_from_stringlike(params, NoTls)?;
+        let manager = PostgresConnectionManager::new_from_stringlike(params, NoTls)?;
         // port: the manager up front, with bb8-postgres's check-out query (`is_valid`, an empty
         // query) as its recycling method: half of `test_on_check_out(true)`
         let pool = Pool::builder(manager.recycling(Recycling::Verified))
             .max_size(4)
             // port: a count, not an `Option`
             .min_idle(4)
-            // port: an `Option` (bb8's takes a `Duration`): the deadline over the whole `get`
-            .connection_timeout(Some(timeout))
+            .connection_timeout(timeout)
             // port: recycle at every check-out (the default, spelled out): the other half of
             // `test_on_check_out(true)`
             .recycle(Recycle::Always)
@@ -287,27 +282,19 @@ mod after {
 
     /// A connection for a handler to keep.
     pub async fn checkout(pool: &Pool<Manager>) -> Result<DbConn, BoxError> {
-        // port: `get` is owned already (there is no `get_owned`)
-        Ok(DbConn(pool.get().await?))
+        Ok(DbConn(pool.get_owned().await?))
     }
 
     /// The pool's numbers, for the service's metrics.
     pub fn pool_report(pool: &Pool<Manager>) -> PoolReport {
-        // port: the gauges and the counters are `stats()` (the gauges alone: `status()`)
-        let state = pool.stats();
+        let state = pool.state();
         PoolReport {
-            // port: bb8's `connections` is `size`: idle, in use, being created or closed
-            connections: state.status.size as u64,
-            // port: `idle_connections` is `available`
-            idle_connections: state.status.available as u64,
-            // port: `gets_direct`: served without waiting for another caller
-            get_direct: state.gets_direct,
-            // port: `gets_waited`: served after waiting for another caller's connection
-            get_waited: state.gets_waited,
-            // port: `gets_timed_out`: failed with a `Timeout`, in any step
-            get_timed_out: state.gets_timed_out,
-            // port: `created`
-            connections_created: state.created,
+            connections: state.connections.into(),
+            idle_connections: state.idle_connections.into(),
+            get_direct: state.statistics.get_direct,
+            get_waited: state.statistics.get_waited,
+            get_timed_out: state.statistics.get_timed_out,
+            connections_created: state.statistics.connections_created,
         }
     }
 }

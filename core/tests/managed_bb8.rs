@@ -414,3 +414,55 @@ async fn the_background_reaper_reports_within_a_quarter_threshold() {
     assert!(waited >= 8 * SECOND, "reported early, after {waited:?}");
     drop(held);
 }
+
+/// bb8's `State` and `Statistics`, field for field, from `Pool::state`: the numbers of
+/// `Pool::stats` under bb8's names; `get_owned` is `get`; `connection_timeout` takes bb8's
+/// `Duration` as well as an `Option`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn state_is_bb8s_shape_of_the_stats() {
+    let f = Fixture::with(2, |b| {
+        b.wait_timeout(Some(SECOND))
+            .connection_timeout(Duration::from_secs(5))
+    });
+    f.script.returns(&[Act::Reject]);
+    let a = f.pool.get_owned().await.unwrap();
+    let b = f.pool.get().await.unwrap();
+    drop(a); // broken
+    let _ = f.pool.get_timeout(SECOND).await.unwrap(); // a new object, direct
+    drop(b);
+    let (state, stats) = (f.pool.state(), f.pool.stats());
+    assert_eq!(
+        (state.connections, state.idle_connections),
+        (stats.status.size as u32, stats.status.available as u32)
+    );
+    let s = state.statistics;
+    assert_eq!(
+        (s.get_started, s.get_direct, s.get_waited, s.get_timed_out),
+        (
+            stats.gets,
+            stats.gets_direct,
+            stats.gets_waited,
+            stats.gets_timed_out
+        )
+    );
+    assert_eq!((s.get_started, s.get_direct), (3, 3));
+    assert_eq!(s.get_wait_time, stats.wait_time);
+    assert_eq!(
+        (
+            s.connections_created,
+            s.connections_closed_broken,
+            s.connections_closed_invalid,
+            s.connections_closed_max_lifetime,
+            s.connections_closed_idle_timeout
+        ),
+        (
+            stats.created,
+            stats.broken,
+            stats.discarded,
+            stats.expired,
+            stats.reaped
+        )
+    );
+    assert_eq!((s.connections_created, s.connections_closed_broken), (3, 1));
+    assert_eq!((s.completed_gets(), s.pending_gets()), (3, 0));
+}

@@ -360,8 +360,9 @@ impl<M: Manager> PoolBuilder<M> {
     /// caller). The per-step deadlines still bound each step within it; `wait_timeout` is
     /// then not used by `get` (the whole-get deadline is the wait's). `try_get`,
     /// `get_timeout` and `get_timeouts` keep their own. Default: none.
-    pub fn connection_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.get_timeout = timeout;
+    /// Takes a `Duration` (as bb8's does) or an `Option` (`None`: no deadline).
+    pub fn connection_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.get_timeout = timeout.into();
         self
     }
 

@@ -185,7 +185,7 @@ pub use manager::{
     ErrorSink, Hook, HookError, HookFuture, HookResult, Manager, Meta, RecycleError, RecycleResult,
 };
 pub use object::Object;
-pub use stats::{Stats, Status};
+pub use stats::{State, Statistics, Stats, Status};
 
 use contain::{within, Contained};
 use create::Creating;
@@ -577,6 +577,18 @@ impl<M: Manager> Pool<M> {
         self.shared().get(Mode::Wait, Location::caller())
     }
 
+    /// [`Pool::get`] by bb8's name for an owned checkout: every [`Object`] is owned
+    /// (`'static`) already.
+    ///
+    /// # Errors
+    /// As [`Pool::get`].
+    #[track_caller]
+    pub fn get_owned(
+        &self,
+    ) -> impl Future<Output = Result<Object<M>, PoolError<M::Error>>> + Send + '_ {
+        self.shared().get(Mode::Wait, Location::caller())
+    }
+
     /// Like [`Pool::get`] but never waits for another caller: an idle object, or a new one if
     /// the pool has room (the creation and a recycle are awaited).
     ///
@@ -811,6 +823,12 @@ impl<M: Manager> Pool<M> {
     /// The gauges now (scans the slots).
     pub fn status(&self) -> Status {
         self.shared().status()
+    }
+
+    /// The gauges and the counters by bb8's names and shape (bb8's `Pool::state`): the same
+    /// numbers as [`Pool::stats`].
+    pub fn state(&self) -> State {
+        self.stats().into()
     }
 
     /// The gauges and the counters (scans the slots).

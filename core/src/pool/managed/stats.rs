@@ -116,6 +116,82 @@ pub struct Stats {
     pub paused: u64,
 }
 
+/// The pool's state by bb8's names and shape (bb8's `State`, from [`Pool::state`]): a port
+/// from bb8 reads it unchanged. [`Stats`] has the same numbers and more.
+///
+/// [`Pool::state`]: super::Pool::state
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct State {
+    /// Objects that exist ([`Status::size`]).
+    pub connections: u32,
+    /// Idle objects ([`Status::available`]).
+    pub idle_connections: u32,
+    /// The counters, by bb8's names.
+    pub statistics: Statistics,
+}
+
+/// The pool's counters by bb8's names (bb8's `Statistics`; see [`Stats`] for each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Statistics {
+    /// [`Stats::gets`].
+    pub get_started: u64,
+    /// [`Stats::gets_direct`].
+    pub get_direct: u64,
+    /// [`Stats::gets_waited`].
+    pub get_waited: u64,
+    /// [`Stats::gets_timed_out`].
+    pub get_timed_out: u64,
+    /// [`Stats::wait_time`].
+    pub get_wait_time: std::time::Duration,
+    /// [`Stats::created`].
+    pub connections_created: u64,
+    /// [`Stats::broken`].
+    pub connections_closed_broken: u64,
+    /// [`Stats::discarded`].
+    pub connections_closed_invalid: u64,
+    /// [`Stats::expired`].
+    pub connections_closed_max_lifetime: u64,
+    /// [`Stats::reaped`].
+    pub connections_closed_idle_timeout: u64,
+}
+
+impl Statistics {
+    /// `get`s started and not yet ended as direct, waited or timed out (bb8's
+    /// `pending_gets`): those under way, and those that failed otherwise or were cancelled.
+    pub fn pending_gets(&self) -> u64 {
+        self.get_started.saturating_sub(self.completed_gets())
+    }
+
+    /// `get`s that ended direct, waited or timed out (bb8's `completed_gets`).
+    pub fn completed_gets(&self) -> u64 {
+        self.get_direct + self.get_waited + self.get_timed_out
+    }
+}
+
+impl From<Stats> for State {
+    fn from(stats: Stats) -> Self {
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        State {
+            connections: clamp(stats.status.size),
+            idle_connections: clamp(stats.status.available),
+            statistics: Statistics {
+                get_started: stats.gets,
+                get_direct: stats.gets_direct,
+                get_waited: stats.gets_waited,
+                get_timed_out: stats.gets_timed_out,
+                get_wait_time: stats.wait_time,
+                connections_created: stats.created,
+                connections_closed_broken: stats.broken,
+                connections_closed_invalid: stats.discarded,
+                connections_closed_max_lifetime: stats.expired,
+                connections_closed_idle_timeout: stats.reaped,
+            },
+        }
+    }
+}
+
 /// The counters (cold paths; striped, see `crate::sync::Counter`).
 pub(super) struct Counters {
     /// `get`s served without waiting or creating (the one count on the fast path).
