@@ -67,7 +67,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use slotpool::Limit;
+use slotpool::blocks::Limit;
 use slotpool_bench::cases::client as client_cases;
 use slotpool_bench::cases::keyed as keyed_cases;
 use slotpool_bench::cases::managed;

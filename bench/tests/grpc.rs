@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotpool::breaker::BreakerState;
+use slotpool::stream::BreakerState;
 use slotpool::stream::RequestError;
 use slotpool::tonic::TonicStreamError;
 use slotpool::{AcquireError, Reach, TryAcquireError};

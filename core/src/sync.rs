@@ -592,7 +592,7 @@ fn stripe_index() -> usize {
 /// This thread's owned stripe index (below [`OWNED_STRIPES`]), claimed on first use; `None`
 /// when it shares a stripe (every owned one was taken) or its thread-locals are gone. Besides
 /// the counters, the stream pool's release windows are indexed by it
-/// ([`crate::slots::Windows`]): one thread at a time owns each.
+/// ([`crate::protocol::slots::Windows`]): one thread at a time owns each.
 #[cfg(not(any(slotpool_loom, slotpool_shuttle)))]
 #[inline]
 pub(crate) fn owned_stripe() -> Option<usize> {

@@ -13,8 +13,8 @@ use common::channel::{steered_channel_pool, Lazy, IDLE};
 use common::logs::capture_logs;
 use common::panics::listen_across_threads;
 use common::{build_error, run_spawned, MockTime};
+use slotpool::__internal::shared::MAX_HOLDERS;
 use slotpool::channel::ChannelPool;
-use slotpool::shared::MAX_HOLDERS;
 use slotpool::ConfigError;
 
 const MS: Duration = Duration::from_millis(1);

@@ -75,7 +75,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slotpool::slots::Phase;
+use slotpool::__internal::slots::Phase;
 use slotpool::stream::{
     Connector, Outbound, RequestError, StreamGuard, StreamPool, StreamRequest, StreamResponse,
 };

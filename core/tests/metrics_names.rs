@@ -22,7 +22,7 @@ use slotpool::managed::{Stats, Status};
 use slotpool::metrics::Export;
 use slotpool::session::SessionStats;
 use slotpool::stream::StreamStats;
-use slotpool::{BreakerState, TableStats};
+use slotpool::stream::{BreakerState, TableStats};
 
 /// The module whose docs carry the names table.
 const METRICS_SOURCE: &str = include_str!("../src/integration/metrics.rs");

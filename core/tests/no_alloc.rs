@@ -19,8 +19,8 @@ use std::task::{Context, Poll, Waker};
 use common::managed::Fixture;
 use common::poll_once;
 use common::stream::{Pool, Script};
-use slotpool::slots::{Capacity, SlotTable};
-use slotpool::{Gate, Limit};
+use slotpool::__internal::slots::{Capacity, SlotTable};
+use slotpool::blocks::{Gate, Limit};
 
 struct Counting;
 

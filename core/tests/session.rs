@@ -633,7 +633,7 @@ async fn reaper_closes_idle_sessions_only() {
 #[tokio::test]
 async fn touch_slack_bounds_how_early_a_reap_may_come() {
     let max_idle = Duration::from_secs(10);
-    let slack = max_idle / slotpool::flight::TOUCH_SLACK as u32;
+    let slack = max_idle / slotpool::__internal::flight::TOUCH_SLACK as u32;
     assert_eq!(
         slack,
         Duration::from_millis(312) + Duration::from_micros(500)

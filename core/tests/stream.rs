@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::stream::{assert_echoed, round_trip, Req, Resp, Script};
 use common::{build_error, join_all, poll_once, settle, settle_until, MockTime, ReapByHand};
-use slotpool::breaker::BreakerState;
+use slotpool::__internal::breaker::BreakerState;
 use slotpool::stream::RequestError;
 use slotpool::{AcquireError, ConfigError, Reach, TryAcquireError};
 
@@ -819,8 +819,8 @@ async fn the_clock_and_the_stats_parts_are_reexported() {
     let now: slotpool::Instant = pool.clock().now();
     assert_eq!(pool.reap(now), 0);
     let stats = pool.stats();
-    let _: slotpool::TableStats = stats.table;
-    assert_eq!(stats.breaker, slotpool::BreakerState::Closed);
+    let _: slotpool::stream::TableStats = stats.table;
+    assert_eq!(stats.breaker, slotpool::stream::BreakerState::Closed);
 }
 
 /// A burst of responses larger than what one driver poll handles (the driver yields after a

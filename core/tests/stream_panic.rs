@@ -15,8 +15,9 @@ use common::stream::{
     answer_on_new_stream, quiet_injected_panics, round_trip, Req, Script, INJECTED,
 };
 use common::{poll_once, settle, settle_until, MockTime, ReapByHand};
+use slotpool::stream::BreakerState;
 use slotpool::stream::RequestError;
-use slotpool::{BreakerState, Reach};
+use slotpool::Reach;
 
 /// Every test here starts with this: injected panics stay off stderr, and a global subscriber
 /// that writes nowhere is installed once. tracing caches per callsite whether anyone listens;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::stream::{outcome, round_trip, Req, Script};
 use common::{poll_once, run_spawned, settle, settle_until, MockTime, ReapByHand};
-use slotpool::breaker::BreakerState;
+use slotpool::__internal::breaker::BreakerState;
 use slotpool::stream::{RequestError, StreamStats};
 use slotpool::Reach;
 

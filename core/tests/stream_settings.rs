@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::stream::{round_trip, Script};
 use common::{build_error, MockTime};
-use slotpool::slots::{MAX_LOAD, MAX_SLOTS};
+use slotpool::__internal::slots::{MAX_LOAD, MAX_SLOTS};
 use slotpool::stream::{StreamPoolBuilder, MAX_MIN_STREAMS};
 use slotpool::ConfigError;
 

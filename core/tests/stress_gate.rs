@@ -17,7 +17,8 @@ use std::task::Poll;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slotpool::{Closed, Gate};
+use slotpool::blocks::Gate;
+use slotpool::Closed;
 
 use common::join_all;
 use stress_common::{assert_served_in_queue_order, signal_queued, Occupancy};

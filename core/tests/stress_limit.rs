@@ -13,7 +13,8 @@ use std::task::Poll;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slotpool::{Closed, Limit, TryAcquireError};
+use slotpool::blocks::Limit;
+use slotpool::{Closed, TryAcquireError};
 
 use common::{join_all, poll_once};
 use stress_common::{assert_served_in_queue_order, signal_queued, Occupancy};

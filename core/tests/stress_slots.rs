@@ -15,7 +15,7 @@ use std::task::Poll;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slotpool::slots::{Capacity, Phase, Reservation, SlotTable};
+use slotpool::__internal::slots::{Capacity, Phase, Reservation, SlotTable};
 use slotpool::TryAcquireError;
 
 use common::{join_all, poll_once};

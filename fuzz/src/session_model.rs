@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use slotpool::flight::TOUCH_SLACK;
+use slotpool::__internal::flight::TOUCH_SLACK;
 use slotpool::session::{
     Connector, LoopId, Origin, Session, SessionContext, SessionError, SessionPool, Stage,
 };

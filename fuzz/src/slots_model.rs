@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use slotpool::slots::{Capacity, Phase, Reservation, Reserve, SlotTable};
+use slotpool::__internal::slots::{Capacity, Phase, Reservation, Reserve, SlotTable};
 use slotpool::TryAcquireError;
 
 use crate::bytes::Bytes;

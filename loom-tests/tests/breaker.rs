@@ -3,7 +3,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::breaker::{Admission, Breaker, BreakerState};
+use slotpool::__internal::breaker::{Admission, Breaker, BreakerState};
 use slotpool_loom_tests::model;
 
 /// Two callers race for the probe once the backoff has passed: exactly one gets it, the

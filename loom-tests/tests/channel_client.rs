@@ -1,9 +1,9 @@
 #![cfg(slotpool_loom)]
 //! Loom models of the channel and client protocols: the exclusive-slot protocol under
-//! `ClientPool` (`slotpool::exclusive::ExclusiveSlots`: the slot table with `max_load = 1`, whose
+//! `ClientPool` (`slotpool::__internal::exclusive::ExclusiveSlots`: the slot table with `max_load = 1`, whose
 //! slot word alone hands out the client, plus the idle word the reaper's handshake uses and the
 //! client's `UnsafeCell`, whose accesses loom checks never overlap) and the shared-slot
-//! protocol under `ChannelPool` (`slotpool::shared::SharedSlots`: the table plus the share
+//! protocol under `ChannelPool` (`slotpool::__internal::shared::SharedSlots`: the table plus the share
 //! word's holder count).
 //!
 //! The tokio pools are compiled out under loom; they add nothing to these races but a clock
@@ -19,9 +19,10 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::exclusive::{CellState, CheckIn, Checkout, ExclusiveSlots};
-use slotpool::shared::{Joined, Left, ShareState, SharedSlots, MAX_STAMP};
-use slotpool::{Capacity, TryAcquireError};
+use slotpool::__internal::exclusive::{CellState, CheckIn, Checkout, ExclusiveSlots};
+use slotpool::__internal::shared::{Joined, Left, ShareState, SharedSlots, MAX_STAMP};
+use slotpool::__internal::slots::Capacity;
+use slotpool::TryAcquireError;
 use slotpool_loom_tests::{model, waited};
 
 /// A one-slot exclusive table holding `value` idle (stamp 0).

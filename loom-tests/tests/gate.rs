@@ -21,8 +21,9 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::gate::{Gate, LeftQueue, Waiter};
-use slotpool::{Closed, Limit};
+use slotpool::__internal::gate::{Gate, LeftQueue, Waiter};
+use slotpool::__internal::limit::Limit;
+use slotpool::Closed;
 use slotpool_loom_tests::{model, Reach};
 
 /// Runs `body` under loom ([`model`]) and asserts that it explored more than one execution

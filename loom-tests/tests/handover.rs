@@ -10,8 +10,9 @@
 use loom::future::block_on;
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::slots::{Capacity, Handover, Phase, SlotTable};
-use slotpool::{Reservation, TryAcquireError};
+use slotpool::__internal::slots::Reservation;
+use slotpool::__internal::slots::{Capacity, Handover, Phase, SlotTable};
+use slotpool::TryAcquireError;
 use slotpool_loom_tests::{model, waited};
 
 /// A one-slot, one-unit table whose stream is open and idle, noted idle by a first pass.

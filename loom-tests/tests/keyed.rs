@@ -1,5 +1,5 @@
-//! Loom models of keyed admission: the route tables ([`slotpool::routes`]) and the quotas
-//! ([`slotpool::quota`]) that `slotpool::keyed` admits through.
+//! Loom models of keyed admission: the route tables ([`slotpool::__internal::routes`]) and the quotas
+//! ([`slotpool::__internal::quota`]) that `slotpool::keyed` admits through.
 //!
 //! `keyed` itself is compiled out under `cfg(slotpool_loom)` (it needs tokio's timer and
 //! blocking pool); what it decides is not. An admission is [`Routes::admit`] (the lookup, the
@@ -32,8 +32,8 @@ use std::task::{Context, Poll, Waker};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::quota::{Freer, Quota, QuotaPermit};
-use slotpool::routes::{First, Routes, Table};
+use slotpool::__internal::quota::{Freer, Quota, QuotaPermit};
+use slotpool::__internal::routes::{First, Routes, Table};
 use slotpool_loom_tests::model;
 
 /// The keyed pool's per-key state stands in as nothing: the models check routing and quotas.
@@ -74,7 +74,7 @@ fn admit(keys: &Keys, key: &'static str) -> (QuotaPermit, bool) {
 fn quota_of(permit: &QuotaPermit) -> &'static Quota {
     let quota: *const Quota = permit.quota();
     // SAFETY: under `cfg(slotpool_loom)` a quota's allocation is leaked rather than freed
-    // (see `slotpool::quota`), so the pointer stays valid for the rest of the process.
+    // (see `slotpool::__internal::quota`), so the pointer stays valid for the rest of the process.
     unsafe { &*quota }
 }
 

@@ -1,6 +1,6 @@
 #![cfg(slotpool_loom)]
 //! Loom models of the protocol under the managed pool (`slotpool::managed::Pool`): the
-//! exclusive cell (`slotpool::exclusive::ExclusiveSlots`) with its lazy room hints, its
+//! exclusive cell (`slotpool::__internal::exclusive::ExclusiveSlots`) with its lazy room hints, its
 //! resizable live count, hand-overs to waiters and the reaper's handshake. The tokio pool is
 //! compiled out under loom; everything it does to slots (checkout, wait, return, retire,
 //! resize, retain, reap, close) is one of the calls modelled here, on the real code.
@@ -20,8 +20,9 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::exclusive::{CheckIn, Checkout, ExclusiveSlots, IdleStamps, Reuse};
-use slotpool::{Capacity, Closed, TryAcquireError};
+use slotpool::__internal::exclusive::{CheckIn, Checkout, ExclusiveSlots, IdleStamps, Reuse};
+use slotpool::__internal::slots::Capacity;
+use slotpool::{Closed, TryAcquireError};
 use slotpool_loom_tests::model;
 
 fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
@@ -88,7 +89,7 @@ fn idle_values_in_order(size: usize, values: &[u32], reuse: Reuse) -> ExclusiveS
 }
 
 /// Takes the idle value of the lowest slot.
-fn take(slots: &ExclusiveSlots<u32>) -> (slotpool::exclusive::Lease, u32) {
+fn take(slots: &ExclusiveSlots<u32>) -> (slotpool::__internal::exclusive::Lease, u32) {
     match slots.try_checkout() {
         Ok(Checkout::Idle { lease, value }) => (lease, value),
         other => panic!("an idle value, got {other:?}"),
@@ -98,7 +99,7 @@ fn take(slots: &ExclusiveSlots<u32>) -> (slotpool::exclusive::Lease, u32) {
 /// Returns a held value on a new thread; the flag is raised once it is back.
 fn return_on_a_thread(
     slots: &Arc<ExclusiveSlots<u32>>,
-    lease: slotpool::exclusive::Lease,
+    lease: slotpool::__internal::exclusive::Lease,
     value: u32,
 ) -> (thread::JoinHandle<()>, Arc<AtomicBool>) {
     let returned = Arc::new(AtomicBool::new(false));
@@ -909,7 +910,7 @@ fn rotating_past_slot_0(size: usize, values: &[u32]) -> ExclusiveSlots<u32> {
 /// Takes an idle value on a new thread without waiting and hands it (held) to the joiner.
 fn take_on_a_thread(
     slots: &Arc<ExclusiveSlots<u32>>,
-) -> thread::JoinHandle<(slotpool::exclusive::Lease, u32)> {
+) -> thread::JoinHandle<(slotpool::__internal::exclusive::Lease, u32)> {
     let slots = Arc::clone(slots);
     thread::spawn(move || match slots.try_checkout() {
         Ok(Checkout::Idle { lease, value }) => (lease, value),

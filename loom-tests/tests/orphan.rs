@@ -1,5 +1,5 @@
 #![cfg(slotpool_loom)]
-//! Loom models of units that keep their table alive (`slotpool::slots`, "Units that keep
+//! Loom models of units that keep their table alive (`slotpool::__internal::slots`, "Units that keep
 //! their table alive"; the stream pool's owned guards): the owner's drop parks its reference
 //! with the orphan bit, the release that leaves no orphaned unit out takes it back, and the
 //! release windows hold the free until every release that did not see the bit has left.
@@ -18,8 +18,8 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::slots::Windows;
-use slotpool::{Capacity, Reservation, SlotTable};
+use slotpool::__internal::slots::Windows;
+use slotpool::__internal::slots::{Capacity, Reservation, SlotTable};
 use slotpool_loom_tests::{model, waited};
 
 /// The pool state: the table, its release windows, and what its drop checks.
@@ -210,7 +210,7 @@ fn an_orphaned_release_that_retires_its_slot() {
             state
                 .table
                 .begin_drain(units[0].index(), units[0].generation()),
-            Some(slotpool::Phase::Starting)
+            Some(slotpool::__internal::slots::Phase::Starting)
         );
         let raw = Raw(Arc::as_ptr(&state));
         assert!(

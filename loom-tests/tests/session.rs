@@ -1,5 +1,5 @@
 #![cfg(slotpool_loom)]
-//! Loom models of the session pool's protocol: [`slotpool::flight`]'s registry, flights, use
+//! Loom models of the session pool's protocol: [`slotpool::__internal::flight`]'s registry, flights, use
 //! stamps, batches and the [`Directory`] that makes every decision of the pool.
 //!
 //! `slotpool::session` needs tokio and is compiled out under `cfg(slotpool_loom)`; what it
@@ -27,11 +27,11 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use slotpool::flight::{
+use slotpool::__internal::flight::{
     Batch, Directory, Entry, Flight, Hashed, NotFresh, Outcome as FlightOutcome, Refusal, Step,
     Tenant, UseStamp,
 };
-use slotpool::{Limit, OwnedPermit};
+use slotpool::__internal::limit::{Limit, OwnedPermit};
 use slotpool_loom_tests::model;
 
 /// Idle bound used by every model (nanoseconds).

@@ -1,6 +1,6 @@
 #![cfg(slotpool_loom)]
 //! Loom models of the session directory's hints: the lock-free hot read that takes a prepaid
-//! reference to a finished value (`slotpool::flight`, `hint.rs`), racing everything that
+//! reference to a finished value (`slotpool::__internal::flight`, `hint.rs`), racing everything that
 //! withdraws or refills a hint.
 //!
 //! A hit CASes the hint word's `taken` count up and owns one of the references its lease was
@@ -29,10 +29,10 @@ use loom::future::block_on;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use slotpool::flight::{
+use slotpool::__internal::flight::{
     Directory, Flight, Lent, Outcome as FlightOutcome, Refusal, Step, Tenant, UseStamp,
 };
-use slotpool::{Limit, OwnedPermit};
+use slotpool::__internal::limit::{Limit, OwnedPermit};
 use slotpool_loom_tests::model;
 
 /// Idle bound of every model (nanoseconds): a touch within `MAX_IDLE / TOUCH_SLACK` (2) of
@@ -84,7 +84,7 @@ impl Drop for Res {
         );
         self.counts.dropped.fetch_add(1, Ordering::SeqCst);
         // What the pool's `Live` does: retire (and free) a value nobody retired.
-        slotpool::flight::retire(self);
+        slotpool::__internal::flight::retire(self);
     }
 }
 

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use shuttle::future::block_on;
 use shuttle::thread;
-use slotpool::exclusive::{Checkout, ExclusiveSlots};
-use slotpool::shared::{Joined, SharedSlots};
-use slotpool::Capacity;
+use slotpool::__internal::exclusive::{Checkout, ExclusiveSlots};
+use slotpool::__internal::shared::{Joined, SharedSlots};
+use slotpool::__internal::slots::Capacity;
 use slotpool_loom_tests::{explore, waited};
 
 /// What the test knows about every value (a client, a channel) it built.

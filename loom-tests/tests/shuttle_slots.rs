@@ -17,8 +17,9 @@ use std::task::{Context, Poll};
 
 use shuttle::future::block_on;
 use shuttle::thread;
-use slotpool::slots::{Capacity, Phase, Reservation, SlotTable};
-use slotpool::{Limit, TryAcquireError};
+use slotpool::__internal::limit::Limit;
+use slotpool::__internal::slots::{Capacity, Phase, Reservation, SlotTable};
+use slotpool::TryAcquireError;
 use slotpool_loom_tests::{explore, waited, Reach};
 
 fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {

@@ -11,12 +11,15 @@
 use loom::future::block_on;
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::slots::{Capacity, Phase, SlotTable};
+use slotpool::__internal::slots::{Capacity, Phase, SlotTable};
 use slotpool::TryAcquireError;
 use slotpool_loom_tests::{model, waited};
 
 /// A table whose slots are all Ready and full; returns their reservations.
-fn full_table(slots: usize, max_load: u32) -> (SlotTable, Vec<slotpool::Reservation>) {
+fn full_table(
+    slots: usize,
+    max_load: u32,
+) -> (SlotTable, Vec<slotpool::__internal::slots::Reservation>) {
     let table = SlotTable::new(Capacity::Bounded(slots), max_load).unwrap();
     let mut held = Vec::new();
     for _ in 0..slots * max_load as usize {
@@ -70,7 +73,7 @@ fn held_release_wakes_a_waiter() {
 
 /// A waiter on a one-slot, one-unit table while the holder gives its unit back with `release`;
 /// both reaches must occur and more than one execution be explored.
-fn release_vs_waiter(release: fn(&SlotTable, slotpool::Reservation)) {
+fn release_vs_waiter(release: fn(&SlotTable, slotpool::__internal::slots::Reservation)) {
     let reach = model(move |reach| {
         let (table, mut held) = full_table(1, 1);
         let table = Arc::new(table);
@@ -716,8 +719,8 @@ fn checked_release_below_full_publishes_room() {
 /// Slot 0 full with its bit cleared; `racing` gives one unit back on a thread while `mine`
 /// gives the other back here, then a reservation must join slot 0.
 fn below_full_publishes_room(
-    racing: fn(&SlotTable, slotpool::Reservation),
-    mine: fn(&SlotTable, slotpool::Reservation),
+    racing: fn(&SlotTable, slotpool::__internal::slots::Reservation),
+    mine: fn(&SlotTable, slotpool::__internal::slots::Reservation),
 ) {
     let reach = model(move |reach| {
         let table = Arc::new(SlotTable::<()>::new(Capacity::Bounded(3), 2).unwrap());

@@ -2,7 +2,7 @@
 //! Loom models of the return without a reference count (`ExclusiveSlots::check_in_unpinned`,
 //! the managed pool's and the client pool's guard drop): the returned value is the only thing
 //! that keeps the pool alive, so no return may still read the table once whoever takes the
-//! value out for good has dropped it (see `slotpool::exclusive`, "Returning without a
+//! value out for good has dropped it (see `slotpool::__internal::exclusive`, "Returning without a
 //! reference count").
 //!
 //! Each model builds the pool as the managed pool does: a value ([`Obj`]) carries, on the heap,
@@ -24,8 +24,9 @@ use std::task::{Context, Poll};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use slotpool::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
-use slotpool::{Capacity, TryAcquireError};
+use slotpool::__internal::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
+use slotpool::__internal::slots::Capacity;
+use slotpool::TryAcquireError;
 use slotpool_loom_tests::model;
 
 /// Returns inside the table right now (a separate allocation: it outlives the pool).

@@ -85,11 +85,11 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::breaker::BreakerState;
 use crate::channel::ChannelStats;
 use crate::client::ClientStats;
 use crate::managed;
 use crate::panic::{catch, report};
+use crate::protocol::breaker::BreakerState;
 use crate::session::SessionStats;
 use crate::stream::StreamStats;
 

@@ -13,7 +13,7 @@
 //!
 //! # How
 //!
-//! Channels live in the shared cells of [`crate::shared`]: an unbounded [`SlotTable`] whose
+//! Channels live in the shared cells of [`crate::protocol::shared`]: an unbounded slot table whose
 //! load is the number of clients on the channel, the truth about **capacity**, and beside each
 //! slot a share word, the truth about **the channel's life**. A get is one reserve and one
 //! register CAS; a reap takes only a channel whose word shows no holders and an old stamp, so
@@ -53,10 +53,9 @@
 //! background reaper a `Weak`; dropping the last handle stops the reaper even while guards
 //! live.
 //!
-//! This module owns channel lifecycles; the share word is [`crate::shared`]'s and capacity
+//! This module owns channel lifecycles; the share word is [`crate::protocol::shared`]'s and capacity
 //! search the slot table's.
 //!
-//! [`SlotTable`]: crate::slots::SlotTable
 use std::fmt;
 use std::time::Duration;
 
@@ -65,7 +64,7 @@ use tokio::runtime::Handle;
 use crate::error::{ConfigError, Reach};
 use crate::panic::{catch, report, Panic};
 use crate::pool::settings::{self, Names, Settings};
-use crate::shared::{Joined, Left, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
+use crate::protocol::shared::{Joined, Left, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
 use crate::sync::{Arc, Counter};
 
 /// Creates channels. Implement it over your transport; the `tonic` integration implements

@@ -15,7 +15,7 @@
 //!
 //! # How
 //!
-//! Clients live in the exclusive cells of [`crate::exclusive`]: a [`SlotTable`] with
+//! Clients live in the exclusive cells of [`crate::protocol::exclusive`]: a slot table with
 //! `max_load = 1` whose **slot word is the truth about who owns a client**, reused lowest
 //! index first (new clients take the lowest channel with room, so low client slots sit on low
 //! channels and high ones, with their channels, go idle and are reaped). Checking out an idle
@@ -56,14 +56,13 @@
 //! anchors of idle clients form a cycle through the shared state, which that close breaks.
 //!
 //! This module owns client lifecycles; the cells and the idle word are
-//! [`crate::exclusive`]'s, capacity search and waiting the slot table's and the gate's,
+//! [`crate::protocol::exclusive`]'s, capacity search and waiting the slot table's and the gate's,
 //! channels [`crate::channel`]'s.
 //!
 //! [`ChannelPool`]: crate::channel::ChannelPool
 //! [`ChannelPool::reap`]: crate::channel::ChannelPool::reap
 //! [`ChannelGuard`]: crate::channel::ChannelGuard
 //! [`Reach::NotSent`]: crate::Reach::NotSent
-//! [`SlotTable`]: crate::slots::SlotTable
 
 use std::fmt;
 use std::future::{poll_fn, Future};
@@ -77,7 +76,6 @@ use tokio::runtime::Handle;
 
 use crate::channel::{ChannelConnector, ChannelError, ChannelGuard, ChannelPool};
 use crate::error::{ConfigError, Reach, TryAcquireError};
-use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
 use crate::panic::{catch, report, CatchUnwind, Panic};
 use crate::pool::first::FirstPoll;
 use crate::pool::hold::HoldWatch;
@@ -85,7 +83,8 @@ use crate::pool::managed::time::RecentClock;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
 use crate::pool::wait::{WaitClock, WaitTotal};
-use crate::slots::Capacity;
+use crate::protocol::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Unpinned};
+use crate::protocol::slots::Capacity;
 use crate::sync::{Arc, CachePadded, Counter};
 
 /// Builds a client on a channel.
@@ -362,7 +361,7 @@ struct PooledClient<C: ChannelConnector, F: ClientFactory<C::Channel>> {
 /// either: the table's release touches the shared state after the client is back in the
 /// cell, where a concurrent `close` may drop it, so the return marks its slot `settling`
 /// until its last access and a close waits for the mark before it drops a client
-/// ([`crate::exclusive`], "Returning without a reference count"). Its line is written only by
+/// ([`crate::protocol::exclusive`], "Returning without a reference count"). Its line is written only by
 /// whoever holds the client.
 ///
 /// The anchors of idle clients make a cycle (shared state → cell → anchor → shared state);
@@ -453,7 +452,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
     /// Drops clients the pool does not keep (closed or over its bound), releasing their
     /// channels now. A client's destructor is user code: a panic in it is contained. Each
     /// client counts against the pool's bound until it is dropped (a retired one's room goes
-    /// back when `clients`, a [`Retired`](crate::exclusive::Retired), is dropped after the
+    /// back when `clients`, a [`Retired`](crate::protocol::exclusive::Retired), is dropped after the
     /// loop).
     fn dispose(&self, clients: impl IntoIterator<Item = Pooled<C, F>>, broken: bool) {
         let now = self.time.clock.now();

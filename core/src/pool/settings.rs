@@ -30,10 +30,10 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
-use crate::breaker::Breaker;
 use crate::error::ConfigError;
 use crate::pool::reap::{nanos, spawn_reaper};
 use crate::pool::wait::DEFAULT_NAME;
+use crate::protocol::breaker::Breaker;
 use crate::sync::Arc;
 
 /// How the background reaper was asked for.

@@ -80,7 +80,7 @@
 //! value in the cell, stores the idle word, releases the slot, and loads the bound again:
 //! a resize stores `size` and then scans the slot words, a return releases its slot word and
 //! then loads `size`, all `SeqCst`, so one of them sees the other (the Dekker pattern of
-//! [`crate::gate`]); a return that sees it was overtaken runs the trimming pass itself
+//! [`crate::protocol::gate`]); a return that sees it was overtaken runs the trimming pass itself
 //! ([`CheckIn::Trimmed`]). **Shrinking retires idle values at once, highest slot first, and
 //! busy ones as they come back; every retirement is one CAS on `live` that succeeds only
 //! while `live > size`, so a shrink never retires more than it must.** A trimming pass takes
@@ -228,8 +228,8 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
-use crate::gate::WaitState;
-use crate::slots::{
+use crate::protocol::gate::WaitState;
+use crate::protocol::slots::{
     Capacity, Generation, Phase, Reservation, SlotTable, SlotWord, TableStats, MAX_SLOTS,
 };
 use crate::sync::{

@@ -10,7 +10,7 @@
 //!
 //! Waiting goes through the gate: the waiter enqueues and then retries `try_acquire`; since
 //! both the enqueue and the release are `SeqCst` RMWs, one of them sees the other (see
-//! [`crate::gate`]). A waiter that succeeds while permits remain and others still wait wakes
+//! [`crate::protocol::gate`]). A waiter that succeeds while permits remain and others still wait wakes
 //! the next one, so a release of several permits (or a close of a lease) never leaves a waiter
 //! asleep next to a free permit.
 //!
@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
-use crate::gate::{Gate, WaitState};
+use crate::protocol::gate::{Gate, WaitState};
 use crate::sync::{Arc, AtomicUsize, CachePadded, Ordering};
 
 /// The largest number of permits a [`Limit`] can hold.
@@ -163,7 +163,7 @@ impl Limit {
 
     /// How often each rare branch of the limit's gate ran (loom builds only).
     #[cfg(slotpool_loom)]
-    pub fn gate_probes(&self) -> crate::gate::GateProbes {
+    pub fn gate_probes(&self) -> crate::protocol::gate::GateProbes {
         self.gate.probes()
     }
 

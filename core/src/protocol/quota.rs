@@ -1,9 +1,9 @@
 //! Quotas: a counting limiter whose permits hold no reference to it, for keyed admission.
 //!
-//! # Why not a [`Limit`](crate::limit::Limit)
+//! # Why not a [`Limit`](crate::protocol::limit::Limit)
 //!
 //! A permit that must outlive the caller's borrow (keyed admission moves it into a blocking
-//! closure) has to keep its limiter's memory alive. An [`OwnedPermit`](crate::limit::OwnedPermit)
+//! closure) has to keep its limiter's memory alive. An [`OwnedPermit`](crate::protocol::limit::OwnedPermit)
 //! holds an `Arc`, so every admission pays a reference-count increment and every release a
 //! decrement: two more locked read-modify-writes beside the two the permit itself costs. The
 //! count of permits out cannot stand in for that reference count on a `Limit`: its release is a
@@ -33,11 +33,11 @@
 //!   `waiters` is zero. That is the release's last access to the quota.
 //! * **Wait** ([`Quota::acquire`]): after a failed take, the future adds itself to `waiters`
 //!   (one RMW on the word) and only then queues on the [`Gate`], retrying the take after it
-//!   queued, as [`crate::gate`] describes. Since the waiter's increment and the fast release's
+//!   queued, as [`crate::protocol::gate`] describes. Since the waiter's increment and the fast release's
 //!   CAS are RMWs of one word, one is ordered before the other: either the release's CAS sees
 //!   `waiters` and takes the slow path, or the waiter's later take sees the freed permit.
 //! * **Release, slow** (`waiters` not zero): the releaser first adds itself to `slow`, then
-//!   does what a [`Limit`](crate::limit::Limit) release does (hand the permit to the oldest
+//!   does what a [`Limit`](crate::protocol::limit::Limit) release does (hand the permit to the oldest
 //!   waiter, or free it and notify the gate), and last takes itself out of `slow`.
 //! * **Close** ([`Quota::close`]): set `CLOSED`, then close the gate (every waiter resolves).
 //!
@@ -62,7 +62,7 @@
 //! others released (every RMW of the word is at least `Release`, and an RMW continues the
 //! release sequence), so it sees all their accesses before it frees.
 //!
-//! This module owns the word and the allocation; the wait queue is [`crate::gate`]'s.
+//! This module owns the word and the allocation; the wait queue is [`crate::protocol::gate`]'s.
 
 use std::fmt;
 use std::future::Future;
@@ -72,7 +72,7 @@ use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
-use crate::gate::{Gate, WaitState};
+use crate::protocol::gate::{Gate, WaitState};
 use crate::sync::{trace_transition, AtomicU64, CachePadded, Ordering};
 
 /// Bits of the `free` field (and of `slow`, which never exceeds the capacity).
@@ -341,7 +341,7 @@ impl Quota {
     }
 
     /// A waiter's take: `SeqCst`, for the gate's Dekker pairing. If permits remain and others
-    /// still wait, the next one is woken (as [`Limit`](crate::limit::Limit) does).
+    /// still wait, the next one is woken (as [`Limit`](crate::protocol::limit::Limit) does).
     fn take_for_waiter(&self) -> Option<()> {
         let mut seen = self.word.load(Ordering::SeqCst);
         loop {

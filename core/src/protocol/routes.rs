@@ -33,7 +33,7 @@
 //!
 //! [`Routes::admit`] looks the key up and tries its quota once, without waiting, while the
 //! table is borrowed: a permit, "closed", "full: wait on this route", or "unregistered". The
-//! permit holds no reference count ([`crate::quota`]), so the common case is the lookup and one
+//! permit holds no reference count ([`crate::protocol::quota`]), so the common case is the lookup and one
 //! CAS; a caller that must wait takes an `Arc` of the route (the rare path) and waits on its
 //! quota.
 //!
@@ -45,7 +45,7 @@
 //! a key registered concurrently with a close is closed either way, and no caller can be
 //! admitted by a quota that was published after the close.
 //!
-//! This module owns the tables and the route lookup; the permits are [`crate::quota`]'s.
+//! This module owns the tables and the route lookup; the permits are [`crate::protocol::quota`]'s.
 
 use std::any::Any;
 use std::fmt;
@@ -53,7 +53,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::ptr::NonNull;
 
 use crate::error::{ConfigError, TryAcquireError};
-use crate::quota::{Quota, QuotaHandle, QuotaPermit};
+use crate::protocol::quota::{Quota, QuotaHandle, QuotaPermit};
 use crate::sync::{Arc, Mutex, Published};
 
 /// One caller key's route to its share.
@@ -212,7 +212,7 @@ pub enum TableError<K> {
         /// The key it names.
         share: K,
     },
-    /// A share's size is invalid (zero, or above [`crate::quota::MAX_QUOTA`]).
+    /// A share's size is invalid (zero, or above [`crate::protocol::quota::MAX_QUOTA`]).
     InvalidShare {
         /// The share key.
         key: K,

@@ -49,7 +49,7 @@
 use std::fmt;
 
 use crate::error::ConfigError;
-use crate::slots::{Capacity, Generation, Phase, Reservation, SlotTable, TableStats};
+use crate::protocol::slots::{Capacity, Generation, Phase, Reservation, SlotTable, TableStats};
 use crate::sync::{spin, trace_transition, Arc, AtomicU64, Ordering, Published};
 
 /// The most clients one channel can carry (the width of the share word's holder count).

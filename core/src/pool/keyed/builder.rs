@@ -9,7 +9,7 @@ use super::{
 };
 use crate::error::ConfigError;
 use crate::pool::wait::DEFAULT_NAME;
-use crate::routes::Routes;
+use crate::protocol::routes::Routes;
 
 /// Builder of a [`Keyed`] registry; see [`Keyed::builder`].
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Reach};
 use crate::panic::Panic;
-use crate::routes::TableError;
+use crate::protocol::routes::TableError;
 
 /// Why a keyed call did not return the closure's value. Every variant names the **caller's**
 /// key (not the share it is aliased to) and says, through [`Reach`], whether a retry is safe.

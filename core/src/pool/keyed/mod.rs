@@ -5,13 +5,13 @@
 //!
 //! Blocking work (a call that takes a mutex and may wait on `fsync`) runs on tokio's blocking
 //! pool. Each **operation family** (a key `K`) draws from a **share**: a
-//! [`Quota`](crate::quota::Quota) with a fixed number of slots, so one family stuck behind a
+//! quota with a fixed number of slots, so one family stuck behind a
 //! slow disk parks at most its own share of the pool's threads. Families that serialize on the
 //! same lock are **aliased** to one share key and draw from one budget; refusals, logs,
 //! statistics and metrics still name the caller's own key.
 //!
 //! The registry maps a caller key to a **route**: the share key, the share's quota, the key's
-//! counters ([`crate::routes`], where the protocol is told). It is two tables. The keys given
+//! counters ([`crate::protocol::routes`], where the protocol is told). It is two tables. The keys given
 //! to the builder live in a table that is **fixed at build time** and never written again, so
 //! looking one up is a plain hash lookup: no lock, not even an atomic. Keys registered at run
 //! time live in a second table **published** through arc-swap. A call:
@@ -33,7 +33,7 @@
 //! The admission is `'static` yet holds **no reference count**: a share's quota stays
 //! allocated as long as any of its slots is out, because its word counts the slots out beside
 //! the waiters, and the one atomic step that leaves it with its owner gone and nothing out
-//! frees it ([`crate::quota`]). Admission and release are therefore two locked instructions,
+//! frees it ([`crate::protocol::quota`]). Admission and release are therefore two locked instructions,
 //! the two the slot itself costs, where an `Arc`'d permit costs four.
 //!
 //! Registering a key at run time takes a writer mutex, copies the published table, adds the
@@ -41,7 +41,7 @@
 //! new one, whole. Existing routes are shared between the copies (`Arc`), so a key keeps its one
 //! quota whichever table a caller read. A run-time alias may name a share of either table.
 //!
-//! Both tables are open-addressed arrays of one cache line per key ([`crate::routes::Table`]).
+//! Both tables are open-addressed arrays of one cache line per key ([`crate::protocol::routes::Table`]).
 //! A string key of at most 16 bytes (`&'static str`, `String`, `Box<str>`) is hashed from its
 //! first and last eight bytes and its length, which are also what a lookup compares: no call
 //! to `memcmp`, no hashing byte by byte. Other keys are hashed with [`KeyHasher`], a
@@ -104,8 +104,8 @@
 //! also what the benchmarks measure against R2's admission.
 //!
 //! This module owns admission, the blocking pool and the per-key counters; `builder.rs` the
-//! configuration, `error.rs` the errors. The route tables are [`crate::routes`]'s, the slots
-//! [`crate::quota`]'s, and the wait queue [`crate::gate`]'s; the loom models drive those.
+//! configuration, `error.rs` the errors. The route tables are [`crate::protocol::routes`]'s, the slots
+//! [`crate::protocol::quota`]'s, and the wait queue [`crate::protocol::gate`]'s; the loom models drive those.
 //!
 //! # Example
 //!
@@ -149,8 +149,8 @@ use crate::error::Reach;
 use crate::panic::{catch, Panic};
 use crate::pool::reap::nanos;
 use crate::pool::wait::{WaitClock, WaitSink};
-use crate::quota::QuotaPermit;
-use crate::routes::{First, Route, Routes, Table};
+use crate::protocol::quota::QuotaPermit;
+use crate::protocol::routes::{First, Route, Routes, Table};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The share a family gets unless overridden (R2's `MAX_FAMILY_BLOCKING_SLOTS`).
@@ -165,12 +165,12 @@ pub const TOKIO_DEFAULT_MAX_BLOCKING_THREADS: usize = 512;
 
 /// The most slots one share can have (about a million; a share is a slice of the blocking
 /// pool's threads, so the fit check refuses far smaller shares first in practice).
-pub const MAX_SHARE: usize = crate::quota::MAX_QUOTA;
+pub const MAX_SHARE: usize = crate::protocol::quota::MAX_QUOTA;
 
 mod builder;
 mod error;
 
-pub use crate::routes::KeyHasher;
+pub use crate::protocol::routes::KeyHasher;
 pub use builder::KeyedBuilder;
 pub use error::{KeyedConfigError, KeyedError};
 
@@ -474,7 +474,7 @@ impl<K: Key> Keyed<K> {
     /// long as the work runs.
     ///
     /// The common case (a slot is free) is one lock-free lookup and one CAS; no clock is read
-    /// and no reference count is touched (the slot's permit holds none, see [`crate::quota`]).
+    /// and no reference count is touched (the slot's permit holds none, see [`crate::protocol::quota`]).
     ///
     /// # Errors
     /// [`KeyedError::Refused`] (no slot within `max_wait`; counted and logged),
@@ -605,7 +605,10 @@ impl<K: Key> Keyed<K> {
         &self,
         new_key: &K,
         slots: usize,
-        change: impl FnOnce(&mut KeyTable<K>, &KeyTable<K>) -> Result<(), crate::routes::TableError<K>>,
+        change: impl FnOnce(
+            &mut KeyTable<K>,
+            &KeyTable<K>,
+        ) -> Result<(), crate::protocol::routes::TableError<K>>,
     ) -> Result<(), KeyedConfigError<K>> {
         self.routes.publish(|next, fixed| {
             if next.contains(Some(fixed), new_key) {
@@ -722,7 +725,7 @@ fn check_fit<K: fmt::Debug>(
 ///
 /// `Send + 'static`: move it into the work so the slot is held exactly as long as the work
 /// runs, not as long as the caller waits. It holds no reference count on the share (the
-/// share's memory lives as long as any of its slots is out, see [`crate::quota`]); with the
+/// share's memory lives as long as any of its slots is out, see [`crate::protocol::quota`]); with the
 /// `metrics` feature it holds a handle on its key's in-use gauge.
 #[must_use = "dropping the admission releases the slot at once"]
 pub struct Admission {

@@ -10,13 +10,13 @@ use super::manager::{Hook, Hooks, Manager};
 use super::stats::Counters;
 use super::time::RecentClock;
 use super::{BuildError, Config, Pool, PoolHandle, Shared};
-use crate::breaker::Breaker;
 use crate::error::ConfigError;
-use crate::exclusive::{ExclusiveSlots, Reuse, MAX_SIZE};
 use crate::pool::hold::HoldWatch;
 use crate::pool::reap::nanos;
 use crate::pool::settings::{self, Names, Settings};
-use crate::slots::Capacity;
+use crate::protocol::breaker::Breaker;
+use crate::protocol::exclusive::{ExclusiveSlots, Reuse, MAX_SIZE};
+use crate::protocol::slots::Capacity;
 use std::sync::OnceLock;
 
 use crate::sync::{Arc, AtomicUsize, Weak};

@@ -19,8 +19,8 @@ use std::time::Duration;
 use super::contain::{within, Contained};
 use super::manager::run_hooks;
 use super::{Manager, Object, PoolError, Pooled, Shared, Stamps, Step};
-use crate::exclusive::Lease;
 use crate::panic::{catch, Panic};
+use crate::protocol::exclusive::Lease;
 use crate::sync::Arc;
 
 /// The boxed creation: its output is a complete object, or why there is none.

@@ -48,7 +48,7 @@
 //!
 //! # The protocol
 //!
-//! Objects live in the exclusive cells of [`crate::exclusive`] (read its module docs for the
+//! Objects live in the exclusive cells of [`crate::protocol::exclusive`] (read its module docs for the
 //! proofs): a slot table whose slots each hold one object, plus a live count bounded by the
 //! pool's size.
 //!
@@ -77,7 +77,7 @@
 //! reference count). A return takes no count either: once the object is back in its cell a
 //! concurrent close may take it and drop that reference, so the return marks its slot
 //! `settling` (a plain store) and clears it as its last access, and whoever takes an object
-//! out of the pool for good waits for the mark first (`crate::exclusive`, "Returning without a
+//! out of the pool for good waits for the mark first (`crate::protocol::exclusive`, "Returning without a
 //! reference count"; loom models in `loom-tests/tests/unpinned.rs`). Checkout plus return is
 //! two locked instructions on an uncontended pool, the slot's RMW each way; deadpool's is over
 //! ten, through a mutex and a semaphore.
@@ -154,7 +154,7 @@
 //! guide (`docs/porting.md`) has the whole table.
 //!
 //! This module owns the objects' lifecycle; slots, the live count and waiting are
-//! [`crate::exclusive`]'s and the gate's.
+//! [`crate::protocol::exclusive`]'s and the gate's.
 
 mod builder;
 mod config;
@@ -193,11 +193,13 @@ use manager::{run_hooks, Hooks};
 use stats::Counters;
 use time::{RecentClock, WaitClock};
 
-use crate::breaker::{Admission, Breaker};
 use crate::error::TryAcquireError;
-use crate::exclusive::{CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Retired, Unpinned};
 use crate::panic::{catch, report, Panic};
 use crate::pool::hold::HoldWatch;
+use crate::protocol::breaker::{Admission, Breaker};
+use crate::protocol::exclusive::{
+    CheckIn, Checkout, Ending, ExclusiveSlots, Lease, Retired, Unpinned,
+};
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering, Weak};
 
 /// The managed object pool. See the [module documentation](self).
@@ -418,7 +420,7 @@ struct Stamps {
 
 impl Stamps {
     /// `returned` before the first return (no stamp reaches it: stamps end at
-    /// [`MAX_STAMP`](crate::exclusive::MAX_STAMP)).
+    /// [`MAX_STAMP`](crate::protocol::exclusive::MAX_STAMP)).
     const NEVER: u64 = u64::MAX;
 
     /// The last return, if any.
@@ -714,7 +716,7 @@ impl<M: Manager> Pool<M> {
     ///
     /// # Errors
     /// [`ConfigError::TooLarge`](crate::ConfigError::TooLarge) naming `resize` above
-    /// [`MAX_SIZE`](crate::exclusive::MAX_SIZE). (Zero is allowed: it drains the pool until
+    /// 2²⁴ (the most objects a pool holds). (Zero is allowed: it drains the pool until
     /// it is resized again.)
     pub fn resize(&self, max_size: usize) -> Result<(), crate::ConfigError> {
         let shared = self.shared();

@@ -5,8 +5,8 @@ use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 
 use super::{Manager, Meta, Pooled, Shared, Step};
-use crate::exclusive::Lease;
 use crate::panic::catch;
+use crate::protocol::exclusive::Lease;
 use crate::sync::Arc;
 
 /// Exclusive use of one object of a [`Pool`](super::Pool). Owned (`'static`): it can move into

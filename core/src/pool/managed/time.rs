@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use crate::exclusive::MAX_STAMP;
 use crate::pool::reap::nanos;
+use crate::protocol::exclusive::MAX_STAMP;
 use crate::sync::{AtomicU64, Ordering};
 
 // The managed pool's `get` times its waits with this; it lives with the other pools' wait

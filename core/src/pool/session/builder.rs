@@ -11,10 +11,10 @@ use super::{
     DEFAULT_POOL_SIZE, MAX_SHARDS,
 };
 use crate::error::ConfigError;
-use crate::flight::{Batch, Directory, KeyHashing};
-use crate::limit::Limit;
 use crate::pool::reap::{nanos as duration_ns, ticks_within};
 use crate::pool::settings::{self, Names, Reap, Settings};
+use crate::protocol::flight::{Batch, Directory, KeyHashing};
+use crate::protocol::limit::Limit;
 use crate::sync::{Arc, Mutex};
 
 /// Configures a [`SessionPool`]; [`SessionPoolBuilder::build`] checks the values.
@@ -106,7 +106,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
     ///
     /// # Errors
     /// [`ConfigError::Zero`] for a zero `pool_size`, `max_idle_time` or reap interval;
-    /// [`ConfigError::TooLarge`] for a `pool_size` above [`MAX_PERMITS`](crate::limit::MAX_PERMITS);
+    /// [`ConfigError::TooLarge`] for a `pool_size` above `usize::MAX >> 4`;
     /// [`ConfigError::Inverted`] for `prewarm > pool_size`; [`ConfigError::Missing`] for an
     /// explicit reaper without a tokio runtime.
     pub fn build(mut self) -> Result<SessionPool<C, S>, ConfigError> {

@@ -16,9 +16,9 @@ use super::{
     SessionError, SessionRecord, SessionStore, Shared, Stage, StoreOp,
 };
 use crate::error::Reach;
-use crate::flight::{Flight, Hashed, KeyHash};
-use crate::limit::OwnedPermit;
 use crate::panic::{catch, drop_guarded, report, CatchUnwind, Panic};
+use crate::protocol::flight::{Flight, Hashed, KeyHash};
+use crate::protocol::limit::OwnedPermit;
 use crate::sync::Arc;
 
 /// How a session's connection was established.

@@ -9,9 +9,9 @@ use tokio::task::AbortHandle;
 
 use super::establish::call;
 use super::{close_contained, Connector, Counters, LoopId, Origin, EVENT_BUFFER};
-use crate::flight::{self, Lent, Tenant, UseStamp};
-use crate::limit::OwnedPermit;
 use crate::panic::catch;
+use crate::protocol::flight::{self, Lent, Tenant, UseStamp};
+use crate::protocol::limit::OwnedPermit;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 
 /// An established session's connection and what it owns.

@@ -10,13 +10,13 @@
 //!    CAS on the session's hint word takes a reference paid for in advance (no lock, no
 //!    shard-wide write; a session without a hint reads its shard under the read lock), a
 //!    liveness check, and a load of its last-use stamp (a CAS only when the stamp is more than
-//!    `max_idle_time / 32` old, [`TOUCH_SLACK`](crate::flight::TOUCH_SLACK)). Dropping the
+//!    `max_idle_time / 32` old, `TOUCH_SLACK`). Dropping the
 //!    [`Session`] gives the reference back with one `fetch_sub`. Nothing is awaited.
 //! 2. A **dead** connection (the connector says it is down, or its event reader ended) or a
 //!    **stale** one (idle past `max_idle_time`) is retired (closed, capacity returned) and
 //!    rebuilt.
 //! 3. Otherwise the caller **claims** the session. Exactly one claimant becomes the leader and
-//!    takes capacity **without waiting** ([`Limit::try_acquire_owned`](crate::limit::Limit::try_acquire_owned)); none left is
+//!    takes capacity **without waiting** ([`Limit::try_acquire_owned`](crate::protocol::limit::Limit::try_acquire_owned)); none left is
 //!    [`SessionError::Exhausted`]. Everyone else who asks for the session meanwhile joins the
 //!    leader's flight and gets the same connection, or the same error (**single flight**).
 //! 4. The leader **drives** the establishment inside its own `acquire` (no task spawn, no
@@ -92,7 +92,7 @@
 //!
 //! # Exact accounting
 //!
-//! Capacity is an [`OwnedPermit`](crate::limit::OwnedPermit) and every connection has one owner at a time, so "returned
+//! Capacity is an [`OwnedPermit`](crate::protocol::limit::OwnedPermit) and every connection has one owner at a time, so "returned
 //! exactly once" follows from ownership rather than from bookkeeping on each path:
 //!
 //! * during establishment the permit and the open connection belong to the establishment
@@ -101,7 +101,7 @@
 //!   and store failures all return it once;
 //! * once established, both move into the session's `Live` record, whose resources (the
 //!   connection, the permit, and its reader if one was started) are freed by whoever wins its
-//!   use stamp's move to `RETIRED` ([`UseStamp`](crate::flight::UseStamp)):
+//!   use stamp's move to `RETIRED` (its use stamp):
 //!   a release, a reap, a rebuild of a dead or stale session, or `stop`. That is one CAS, so
 //!   exactly one of them frees, and a release racing an acquire either retires the old
 //!   connection (the acquire then rebuilds) or runs after the acquire refreshed it (and closes
@@ -132,7 +132,7 @@
 //! # Panics of user code
 //!
 //! The connector and the store are user code, and may panic. The pool calls each of their
-//! methods, and polls each future they return, inside a guard ([`crate::panic`]), so a panic
+//! methods, and polls each future they return, inside a guard, so a panic
 //! never unwinds through the pool, never poisons it and is never resumed:
 //!
 //! * in an establishment (`connect_for`, `loop_id`, `reattach`, `bootstrap`, `save`) it fails
@@ -219,7 +219,7 @@
 //! `live.rs` an installed connection and its event reader, `store.rs` the session store,
 //! `error.rs` the errors and `builder.rs` the settings. Every decision on the map (what an
 //! acquire does with what it finds, who frees a connection, what a leader may install, what a
-//! release, the reaper and `stop` retire) is [`Directory`]'s, in [`crate::flight`]
+//! release, the reaper and `stop` retire) is [`Directory`]'s, in [`crate::protocol::flight`]
 //! (executor-agnostic); the loom models drive that same code.
 
 use std::fmt;
@@ -232,12 +232,12 @@ use quanta::Clock;
 use tokio::task::AbortHandle;
 
 use crate::error::Reach;
-use crate::flight::{self, Batch, Directory, Flight, Hashed, NotFresh, Refusal, Step};
-use crate::limit::OwnedPermit;
 use crate::panic::{catch, report, Panic};
 use crate::pool::first::FirstPoll;
 use crate::pool::reap::{nanos as duration_ns, ticks_within};
 use crate::pool::wait::{WaitClock, WaitTotal};
+use crate::protocol::flight::{self, Batch, Directory, Flight, Hashed, NotFresh, Refusal, Step};
+use crate::protocol::limit::OwnedPermit;
 use crate::sync::{Arc, Counter, Mutex, Weak};
 
 /// Capacity of each session's event channel (R3's 256). The reader waits when it is full.
@@ -270,7 +270,7 @@ pub use live::Session;
 pub use store::{LoopId, MemoryStore, SessionContext, SessionRecord, SessionStore};
 
 /// How session ids are hashed: see [`SessionPoolBuilder::key_hashing`].
-pub use crate::flight::KeyHashing;
+pub use crate::protocol::flight::KeyHashing;
 
 use error::source;
 use establish::{Drive, Lead};

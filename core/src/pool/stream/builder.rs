@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::{Counters, Shared, StreamConnector, StreamPool};
 use crate::error::ConfigError;
 use crate::pool::settings::{self, Names, Settings};
-use crate::slots::{Capacity, SlotTable, Windows, MAX_LOAD, MAX_SLOTS};
+use crate::protocol::slots::{Capacity, SlotTable, Windows, MAX_LOAD, MAX_SLOTS};
 use crate::sync::Arc;
 
 /// The most streams [`StreamPoolBuilder::min_streams`] accepts: each is opened at build and

@@ -54,7 +54,7 @@ use super::routing::Routing;
 use super::{Incarnation, Outbound, Pending, RequestError, Shared, Stop, StreamConnector, BUSY};
 use crate::error::Reach;
 use crate::panic::{self, CatchUnwind, Panic};
-use crate::slots::{Generation, Reservation};
+use crate::protocol::slots::{Generation, Reservation};
 use crate::sync::{Arc, Ordering};
 
 /// Owns one stream incarnation: connects, forwards, routes, and fails what is left at the end.

@@ -11,9 +11,9 @@ use std::task::{Context, Poll};
 
 use super::{send_on, RequestError, Shared, StreamConnector, StreamPool};
 use crate::error::AcquireError;
-use crate::gate::WaitState;
 use crate::pool::wait::WaitSink;
-use crate::slots::{Reservation, Windows};
+use crate::protocol::gate::WaitState;
+use crate::protocol::slots::{Reservation, Windows};
 use crate::sync::owned_stripe;
 use crate::sync::Arc;
 

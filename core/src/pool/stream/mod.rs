@@ -106,7 +106,7 @@
 //!
 //! [`StreamGuard`]s borrow the pool, so they cannot outlive it; [`OwnedStreamGuard`]s keep
 //! only the pool's shared state, not the pool, and with no reference count of their own: the
-//! room a guard holds keeps the state alive (see [`crate::slots`], "Units that keep their
+//! room a guard holds keeps the state alive (see [`crate::protocol::slots`], "Units that keep their
 //! table alive"), and the state goes with the return of the last owned guard's room once the
 //! pool and its drivers are gone. Dropping the pool closes its table (waiters get
 //! [`AcquireError::Closed`]) and stops every driver and the reaper; no task or guard keeps a
@@ -124,12 +124,12 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::breaker::{Admission, Breaker, BreakerState};
 use crate::error::{AcquireError, Reach, TryAcquireError};
-use crate::gate::WaitState;
 use crate::pool::reap::nanos;
 use crate::pool::wait::WaitTotal;
-use crate::slots::{Generation, Handover, Phase, Reservation, SlotTable, TableStats, Windows};
+use crate::protocol::breaker::{Admission, Breaker};
+use crate::protocol::gate::WaitState;
+use crate::protocol::slots::{Generation, Handover, Phase, Reservation, SlotTable, Windows};
 use crate::sync::{spin, Arc, AtomicU64, AtomicUsize, Counter, Mutex, Ordering, Published};
 
 mod builder;
@@ -139,6 +139,9 @@ mod driver;
 mod guard;
 mod routing;
 
+/// The parts of [`StreamStats`]: the slot table's counts, and the breaker's state.
+pub use crate::protocol::breaker::BreakerState;
+pub use crate::protocol::slots::TableStats;
 pub use builder::{StreamPoolBuilder, MAX_MIN_STREAMS};
 pub use connector::*;
 use driver::{Driver, Refusal};

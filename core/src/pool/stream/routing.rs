@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Correlation, Pending, RequestError, Shared, StreamConnector};
 use crate::error::Reach;
 use crate::panic::{self, Panic};
-use crate::slots::Reservation;
+use crate::protocol::slots::Reservation;
 
 /// The requests in flight on one stream, and how its responses find them. The mode is
 /// [`StreamConnector::CORRELATION`], a constant: each method's branch on it is resolved when

@@ -9,7 +9,7 @@ use std::hash::Hash;
 
 use super::{Claim, Entry, Flight, Hashed, KeyHashing, Lent, Registry, Taken, Touch, UseStamp};
 use crate::error::TryAcquireError;
-use crate::limit::{Limit, OwnedPermit};
+use crate::protocol::limit::{Limit, OwnedPermit};
 use crate::sync::{trace_transition, Arc};
 
 /// A value a [`Directory`] hands out: it carries a [`UseStamp`] and owns resources (for the

@@ -97,7 +97,7 @@ impl fmt::Debug for Handover {
 #[cfg(all(test, not(any(slotpool_loom, slotpool_shuttle))))]
 mod tests {
     use super::*;
-    use crate::slots::{Capacity, SlotTable};
+    use crate::protocol::slots::{Capacity, SlotTable};
 
     fn unit() -> Reservation {
         let table = SlotTable::<()>::new(Capacity::Bounded(4), 1).unwrap();

@@ -186,7 +186,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::error::{Closed, ConfigError, TryAcquireError};
-use crate::gate::{Gate, WaitState};
+use crate::protocol::gate::{Gate, WaitState};
 use crate::sync::{spin, trace_transition, Mutex, Ordering};
 
 mod handover;
