@@ -57,7 +57,7 @@
 //! | notified | `Some(gate)` | true | no | its owner only |
 //!
 //! * idle → linked: the owner links it under the mutex ([`WaitState::poll_until`]).
-//! * linked → notified: a notifier ([`Gate::notify_one`], [`Gate::handoff`], [`Gate::close`])
+//! * linked → notified: a notifier ([`Gate::notify_one`], `Gate::handoff`, [`Gate::close`])
 //!   unlinks it, takes its waker and writes a handed-over unit, all under the mutex, and then
 //!   stores `notified = true` with `Release` as its **last** access to the node. It wakes the
 //!   taken waker after unlocking, touching the node no more.
@@ -161,7 +161,7 @@ struct Links {
     waker: Option<Waker>,
     /// A unit of capacity handed over with the notification (0: none).
     handoff: u64,
-    /// The waiter can take a unit of capacity handed to it directly ([`Gate::handoff`]).
+    /// The waiter can take a unit of capacity handed to it directly (`Gate::handoff`).
     accepts_handoff: bool,
 }
 
@@ -370,7 +370,7 @@ impl Gate {
     /// Handing off instead of freeing is what makes waiting fair: a caller that never waited
     /// cannot take a unit a queued waiter was woken for. With nobody waiting this is one load.
     #[inline]
-    pub fn handoff(&self, token: NonZeroU64) -> bool {
+    pub(crate) fn handoff(&self, token: NonZeroU64) -> bool {
         dekker_fence();
         if self.state.load(Ordering::SeqCst) & WAITING == 0 {
             return false;
@@ -518,7 +518,13 @@ impl<'g> Waiter<'g> {
         (this.gate, unsafe { Pin::new_unchecked(&mut this.state) })
     }
 
-    /// See [`WaitState::poll_until`].
+    /// Tries `attempt`; on failure queues (registering `cx`'s waker) until a notification,
+    /// then tries again on the next poll. Resolves with the first `Some` that `attempt`
+    /// returns, or with [`Closed`] once the gate is closed.
+    ///
+    /// `attempt` must take capacity with a `SeqCst` read-modify-write (or fail after a
+    /// `SeqCst` load), and whoever frees capacity must call [`Gate::notify_one`] after its own
+    /// `SeqCst` write: then the recheck after queueing cannot miss a release.
     pub fn poll_until<T>(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -528,7 +534,8 @@ impl<'g> Waiter<'g> {
         state.poll_until(gate, cx, attempt)
     }
 
-    /// See [`WaitState::cancel`].
+    /// Leaves the queue. If a notification had been delivered to this waiter and not used, it
+    /// is passed to the next waiter. Idempotent; dropping the waiter does the same.
     pub fn cancel(self: Pin<&mut Self>) {
         self.project().1.cancel();
     }
@@ -608,7 +615,7 @@ impl<'g> WaitState<'g> {
         self.poll_inner(gate, cx, attempt, None)
     }
 
-    /// [`WaitState::poll_until`] for owners that hand units over ([`Gate::handoff`]): a unit
+    /// [`WaitState::poll_until`] for owners that hand units over (`Gate::handoff`): a unit
     /// handed to this waiter resolves it through `accept`. If the waiter ends up with a unit
     /// it does not need (it found capacity itself just as one was handed over, or the gate
     /// closed), `give_back` returns that unit to the owner. Such a waiter must be cancelled
@@ -949,7 +956,7 @@ impl Probes {
 pub struct GateProbes {
     /// Waiters popped by [`Gate::notify_one`].
     pub notified: usize,
-    /// Waiters popped by [`Gate::handoff`], a unit handed to each.
+    /// Waiters popped by `Gate::handoff`, a unit handed to each.
     pub handed_off: usize,
     /// Waiters popped by [`Gate::close`].
     pub closed: usize,
