@@ -3,7 +3,7 @@
 //!
 //! No test sleeps or asserts on time: waits are for events (the server's held counts, the
 //! pools' stats, polled with `yield_now`), idle time and the breaker's backoff run on
-//! `quanta::Clock::mock()`, and every wait sits under [`HANG_GUARD`], a deadline that only
+//! `slotpool::Clock::mock()`, and every wait sits under [`HANG_GUARD`], a deadline that only
 //! turns a hang into a failure.
 
 use std::collections::HashMap;
@@ -54,8 +54,8 @@ fn stack(server: &TestServer, config: StackConfig) -> Arc<SlotStack> {
     Arc::new(SlotStack::build(&server.uri(), &config).expect("valid stack config"))
 }
 
-fn mock_config() -> (StackConfig, Arc<quanta::Mock>) {
-    let (clock, mock) = quanta::Clock::mock();
+fn mock_config() -> (StackConfig, slotpool::MockClock) {
+    let (clock, mock) = slotpool::Clock::mock();
     let config = StackConfig {
         clock,
         idle_timeout: IDLE,
@@ -377,7 +377,7 @@ async fn breaker_opens_fails_fast_and_half_opens_after_backoff() {
     );
 
     // After the backoff, one probe; the server is still down, so the breaker reopens.
-    mock.increment(BACKOFF);
+    mock.advance(BACKOFF);
     assert_connect_failure(guarded("probe", stack.get_page(page_request(4, 1))).await);
     assert_eq!(
         stack.streams.stats().spin_ups,
@@ -394,7 +394,7 @@ async fn breaker_opens_fails_fast_and_half_opens_after_backoff() {
     // probe goes through, others still fail fast while it is out, and its success closes it.
     server.restart().expect("rebind");
     server.hold_opens();
-    mock.increment(BACKOFF);
+    mock.advance(BACKOFF);
     let probe = spawn_get(&stack, 5, 1);
     guarded("the probe reaches the server", server.wait_held_opens(1)).await;
     assert_eq!(stack.streams.stats().breaker, BreakerState::HalfOpen);
@@ -437,7 +437,7 @@ async fn prewarm_opens_and_keeps_min_streams() {
         "opened by the pool, not by callers"
     );
 
-    mock.increment(IDLE * 5);
+    mock.advance(IDLE * 5);
     assert_eq!(
         stack.streams.reap(stack.streams.clock().now()),
         0,
@@ -518,7 +518,7 @@ async fn nested_reaping_closes_streams_then_clients_then_channels() {
     );
 
     // Streams idle past the timeout are reaped; their drivers return the clients.
-    mock.increment(IDLE);
+    mock.advance(IDLE);
     let now = stack.streams.clock().now();
     let reaped = stack.reap(now);
     assert_eq!(reaped.streams, opened.streams);
@@ -532,7 +532,7 @@ async fn nested_reaping_closes_streams_then_clients_then_channels() {
 
     // The clients went idle when their streams closed; one more timeout reaps them, and
     // their channels (idle since the same instant) in the same pass.
-    mock.increment(IDLE);
+    mock.advance(IDLE);
     let now = stack.streams.clock().now();
     let reaped = stack.reap(now);
     assert_eq!(

@@ -9,7 +9,7 @@
 //! * Against our GetPage server, by id, the ids read and set by closures.
 //!
 //! No test sleeps or asserts on time: waits are for events (the pools' stats, polled with
-//! `yield_now`), idle time runs on `quanta::Clock::mock()`, and every wait sits under
+//! `yield_now`), idle time runs on `slotpool::Clock::mock()`, and every wait sits under
 //! [`HANG_GUARD`], a deadline that only turns a hang into a failure.
 
 use std::convert::Infallible;
@@ -179,7 +179,7 @@ fn open<Cl: Send + 'static, S: StreamConnector>(stack: &Stack<Cl, S>) -> (usize,
 /// Reaps the three pools in nesting order at `now`; how many of each it closed.
 fn reap<Cl: Send + 'static, S: StreamConnector>(
     stack: &Stack<Cl, S>,
-    now: quanta::Instant,
+    now: slotpool::Instant,
 ) -> (usize, usize, usize) {
     (
         stack.streams.reap(now),
@@ -192,7 +192,7 @@ fn reap<Cl: Send + 'static, S: StreamConnector>(
 /// hand), clients made by the generated `new`.
 fn pools<Cl: Send + 'static>(
     uri: &str,
-    clock: &quanta::Clock,
+    clock: &slotpool::Clock,
     new_client: fn(Channel) -> Cl,
 ) -> (Channels, Clients<Cl>) {
     let endpoint = Endpoint::from_shared(uri.to_string())
@@ -219,7 +219,7 @@ fn pools<Cl: Send + 'static>(
 /// on at most `max_streams` streams.
 fn reflection_stack(
     server: &ReflectionServer,
-    clock: &quanta::Clock,
+    clock: &slotpool::Clock,
     max_streams: usize,
     depth: usize,
 ) -> Stack<ServerReflectionClient<Channel>, impl Reflection> {
@@ -331,7 +331,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_in_order_at_depth_every_caller_gets_its_own_response() {
     let server = ReflectionServer::start().expect("bind 127.0.0.1:0");
-    let stack = reflection_stack(&server, &quanta::Clock::new(), 4, 8);
+    let stack = reflection_stack(&server, &slotpool::Clock::new(), 4, 8);
     burst(&stack.streams, 0, 8).await;
     let tasks: Vec<_> = (0..16u32)
         .map(|task| {
@@ -385,7 +385,7 @@ struct ReflectionService {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_boxed_call_connector_has_a_name_and_works_the_same() {
     let server = ReflectionServer::start().expect("bind 127.0.0.1:0");
-    let clock = quanta::Clock::new();
+    let clock = slotpool::Clock::new();
     let (_channels, clients) = pools(&server.uri(), &clock, ServerReflectionClient::new);
     let connector =
         TonicStreamConnector::from_boxed_call(clients, |mut client, outbound| async move {
@@ -429,7 +429,7 @@ async fn a_boxed_call_connector_has_a_name_and_works_the_same() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_server_killed_fails_typed_and_recovers_on_restart() {
     let mut server = ReflectionServer::start().expect("bind 127.0.0.1:0");
-    let stack = reflection_stack(&server, &quanta::Clock::new(), 4, 8);
+    let stack = reflection_stack(&server, &slotpool::Clock::new(), 4, 8);
     burst(&stack.streams, 0, 8).await;
 
     server.kill().await;
@@ -505,7 +505,7 @@ async fn reflection_server_killed_fails_typed_and_recovers_on_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_stack_reaps_to_zero_when_idle() {
     let server = ReflectionServer::start().expect("bind 127.0.0.1:0");
-    let (clock, mock) = quanta::Clock::mock();
+    let (clock, mock) = slotpool::Clock::mock();
     let stack = reflection_stack(&server, &clock, 8, 4);
     let mut guards = Vec::new();
     for _ in 0..12 {
@@ -541,7 +541,7 @@ async fn reflection_stack_reaps_to_zero_when_idle() {
     assert_eq!(channels, 1, "3 clients share a channel of 4");
 
     assert_eq!(reap(&stack, clock.now()), (0, 0, 0), "not idle long enough");
-    mock.increment(IDLE);
+    mock.advance(IDLE);
     assert_eq!(reap(&stack, clock.now()).0, 3, "idle streams are reaped");
     // A reaped stream's slot drains until its driver has let go of the stream (and so of its
     // client): wait for both.
@@ -550,7 +550,7 @@ async fn reflection_stack_reaps_to_zero_when_idle() {
         || stack.clients.stats().idle == 3 && open(&stack).0 == 0,
     )
     .await;
-    mock.increment(IDLE);
+    mock.advance(IDLE);
     let (_, clients, channels) = reap(&stack, clock.now());
     assert_eq!((clients, channels), (3, 1));
     assert_eq!(open(&stack), (0, 0, 0));
@@ -566,7 +566,7 @@ async fn get_page_by_id_with_id_closures() {
     let server = TestServer::start(Handle::current())
         .await
         .expect("bind 127.0.0.1:0");
-    let clock = quanta::Clock::new();
+    let clock = slotpool::Clock::new();
     let (_channels, clients) = pools(&server.uri(), &clock, PageServiceClient::new);
     let connector = TonicStreamConnector::from_call(clients, |mut client, outbound| async move {
         client.get_pages(outbound).await
@@ -636,7 +636,7 @@ async fn without_a_request_id_reader_the_pool_assigns_every_id() {
     let server = TestServer::start(Handle::current())
         .await
         .expect("bind 127.0.0.1:0");
-    let clock = quanta::Clock::new();
+    let clock = slotpool::Clock::new();
     let (_channels, clients) = pools(&server.uri(), &clock, PageServiceClient::new);
     let connector = TonicStreamConnector::from_call(clients, |mut client, outbound| async move {
         client.get_pages(outbound).await

@@ -4,7 +4,7 @@
 //! clock passes the idle timeout everything is reaped.
 //!
 //! Bounded for CI: `SLOTPOOL_SOAK_OPS` (default 50) operations per task. No sleeps: waits are
-//! for events, idle time is on `quanta::Clock::mock()`, and [`HANG_GUARD`] only turns a hang
+//! for events, idle time is on `slotpool::Clock::mock()`, and [`HANG_GUARD`] only turns a hang
 //! into a failure.
 
 use std::future::Future;
@@ -154,7 +154,7 @@ async fn caller(stack: Arc<SlotStack>, tally: Arc<Tally>, seed: u64, ops: usize)
 async fn soak_random_mix_with_cancellations_and_stream_ends() {
     let server = TestServer::start(Handle::current()).await.expect("bind");
     server.knobs().set_missing_from_block(MISSING_FROM);
-    let (clock, mock) = quanta::Clock::mock();
+    let (clock, mock) = slotpool::Clock::mock();
     let stack = Arc::new(
         SlotStack::build(
             &server.uri(),
@@ -235,11 +235,11 @@ async fn soak_random_mix_with_cancellations_and_stream_ends() {
     // in reaper passes, not on the hot path); one timeout later they are reaped, freeing their
     // clients; one more and the clients and their channels go.
     stack.reap(stack.streams.clock().now());
-    mock.increment(IDLE);
+    mock.advance(IDLE);
     stack.reap(stack.streams.clock().now());
     assert!(guarded("clients back", stack.settle(usize::MAX)).await);
     assert_eq!(stack.open().streams, 0);
-    mock.increment(IDLE);
+    mock.advance(IDLE);
     stack.reap(stack.streams.clock().now());
     assert_eq!(
         stack.open(),

@@ -43,7 +43,7 @@ async fn server() -> Arc<TestServer> {
 
 /// A stack on a mock clock with no background reaper: nothing is reaped unless a test asks.
 fn stack(server: &TestServer, max_queue_depth: usize) -> Arc<SlotStack> {
-    let (clock, _mock) = quanta::Clock::mock();
+    let (clock, _mock) = slotpool::Clock::mock();
     let config = StackConfig {
         clock,
         idle_timeout: Duration::from_secs(1),

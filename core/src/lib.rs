@@ -74,6 +74,9 @@
 
 mod sync;
 
+#[cfg(not(slotpool_loom))]
+mod clock;
+
 pub mod error;
 mod panic;
 // Some protocol items serve only the crate's own loom models, fuzz targets and tests, which
@@ -107,10 +110,8 @@ pub mod blocks {
     pub use crate::protocol::limit::{Acquire, AcquireOwned, Limit, OwnedPermit, Permit};
 }
 
-// What the pools' public signatures use, so no user needs a matching version of their crates:
-// the clock the pools measure time with (`Clock::mock()` and its `Mock` for tests), and the
-// parts of every `stats()` snapshot.
-pub use quanta::{Clock, Instant, Mock};
+#[cfg(not(slotpool_loom))]
+pub use clock::{Clock, Instant, MockClock};
 
 /// The crate's internals, for its own loom models, fuzz targets and tests: **not part of the
 /// API**, no semver promise, and absent unless the `__internal` feature is on (which no user

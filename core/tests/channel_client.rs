@@ -1,6 +1,6 @@
 //! ChannelPool and ClientPool through the public API: lowest-first placement, bounds, discard,
 //! build failures and cancellation, nested reaping on a mock clock, and a multi-thread run
-//! with exact accounting. No sleeps: time is `quanta::Clock::mock()`, and tokio timeouts run
+//! with exact accounting. No sleeps: time is `slotpool::Clock::mock()`, and tokio timeouts run
 //! on a paused runtime clock.
 
 mod common;

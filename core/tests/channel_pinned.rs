@@ -1,7 +1,7 @@
 //! `ChannelPool`: documented behaviours that no other test pinned (see `docs/pinned.md`): the
 //! builder's defaults, the reaper's interval, the idle time's rounding, the bound on clients
 //! per channel, the connector panic's single log line, and the reaper's end when the last
-//! handle goes while guards live. Time is `quanta::Clock::mock()`; the background reaper
+//! handle goes while guards live. Time is `slotpool::Clock::mock()`; the background reaper
 //! ticks on a paused tokio clock the test moves by hand.
 
 mod common;

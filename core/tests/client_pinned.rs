@@ -2,7 +2,7 @@
 //! builder's defaults, the background reaper's interval and the staleness it adds to the idle
 //! timeout, FIFO waiters and the wake-up a dropped waiter passes on, what `close` and the last
 //! handle's drop do with idle clients, and the single log line of a contained panic. Time is
-//! `quanta::Clock::mock()`; the background reaper ticks on a paused tokio clock the test moves
+//! `slotpool::Clock::mock()`; the background reaper ticks on a paused tokio clock the test moves
 //! by hand. One real-clock test sleeps to let real time pass, never to wait for a condition.
 
 mod common;
@@ -253,7 +253,7 @@ async fn a_contained_panic_is_logged_once() {
 /// *Idle time*: "with manual `reap` calls its idle time counts from its release or from the
 /// last reap pass before it, whichever is later", as the docs said then; they now say a pool
 /// without a background reaper reads the clock on each return. On the default clock
-/// (`quanta::Clock::new()`, no upkeep thread) `recent()` reads 0, so a return was stamped with
+/// (`slotpool::Clock::new()`, no upkeep thread) `recent()` reads 0, so a return was stamped with
 /// the last reap pass (or the pool's start) alone: a client held for 400 ms and reaped right
 /// after its return was taken as idle for 400 ms.
 #[test]

@@ -803,7 +803,7 @@ mod metrics_export {
 /// times waits on the clock it was given.
 #[tokio::test]
 async fn an_admission_reports_its_share_and_the_registry_keeps_its_clock() {
-    let (clock, mock) = quanta::Clock::mock();
+    let (clock, mock) = slotpool::Clock::mock();
     let keyed = Keyed::builder()
         .default_share(3)
         .family("journal")
@@ -817,7 +817,7 @@ async fn an_admission_reports_its_share_and_the_registry_keeps_its_clock() {
     drop(first);
     assert_eq!(second.in_use(), 1);
     let start = keyed.clock().now();
-    mock.increment(Duration::from_secs(42));
+    mock.advance(Duration::from_secs(42));
     assert_eq!(
         keyed.clock().now().duration_since(start),
         Duration::from_secs(42),

@@ -1068,9 +1068,9 @@ const STEP: Duration = Duration::from_secs(1);
 
 struct Run {
     pool: Pool<Conns>,
-    time: Arc<quanta::Mock>,
-    clock: quanta::Clock,
-    base: quanta::Instant,
+    time: slotpool::MockClock,
+    clock: slotpool::Clock,
+    base: slotpool::Instant,
     recorder: Arc<Recorder>,
     /// The manager's events.
     log: Arc<Mutex<Log>>,
@@ -1258,7 +1258,7 @@ async fn chaos(run: Arc<Run>, thread: usize, seed: u64, rounds: usize, resizes: 
             for _ in 0..rng.random_range(1..=TIMEOUT_STEPS + 1) {
                 passes += 1;
                 run.record(&mut log, thread, Op::Reap { pass: passes }, || {
-                    run.time.increment(STEP);
+                    run.time.advance(STEP);
                     ((), Ret::Reaped(run.pool.reap(run.clock.now())))
                 });
                 // Its first step, in the same interval.
@@ -1290,7 +1290,7 @@ async fn chaos(run: Arc<Run>, thread: usize, seed: u64, rounds: usize, resizes: 
 /// One recorded run: `tasks` workers of `ops` operations each and a chaos task, on a fresh
 /// pool.
 async fn record_history(seed: u64, tasks: usize, ops: usize, resizes: bool) -> Log {
-    let (clock, time) = quanta::Clock::mock();
+    let (clock, time) = slotpool::Clock::mock();
     let recorder = Arc::new(Recorder::default());
     let log = Arc::new(Mutex::new(Vec::new()));
     let started = Arc::new(AtomicU64::new(0));

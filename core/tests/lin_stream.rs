@@ -661,9 +661,9 @@ const IDLE: Duration = Duration::from_millis(1);
 
 struct Run {
     pool: StreamPool<Peer>,
-    time: Arc<quanta::Mock>,
-    base: quanta::Instant,
-    clock: quanta::Clock,
+    time: slotpool::MockClock,
+    base: slotpool::Instant,
+    clock: slotpool::Clock,
     recorder: Recorder,
     /// One kill in flight at a time, so each kill fails the incarnation its killer holds.
     killing: AtomicBool,
@@ -799,7 +799,7 @@ fn try_acquire<'a>(run: &'a Run, log: &mut Log, thread: usize) -> Option<StreamG
 async fn reaper(run: Arc<Run>, thread: usize, passes: usize) -> Log {
     let mut log = Vec::new();
     for _ in 0..passes {
-        run.time.increment(IDLE);
+        run.time.advance(IDLE);
         let now = run.clock.now();
         let nanos = u64::try_from(now.duration_since(run.base).as_nanos()).expect("fits");
         let call = run.recorder.stamp();
@@ -826,7 +826,7 @@ async fn reaper(run: Arc<Run>, thread: usize, passes: usize) -> Log {
 
 /// One recorded run: `tasks` workers of `ops` operations each and a reaper, on a fresh pool.
 async fn record_history(seed: u64, tasks: usize, ops: usize) -> Log {
-    let (clock, time) = quanta::Clock::mock();
+    let (clock, time) = slotpool::Clock::mock();
     let base = clock.now();
     let pool = StreamPool::builder(Peer)
         .max_streams(MAX_STREAMS)

@@ -2,7 +2,7 @@
 //! first), waiting (FIFO, hand-over), timeouts per step, recycling and its policy, rejection,
 //! hooks, detaching, lifetimes, idle reaping, `min_idle`, resizing, `retain`, closing, typed
 //! configuration errors and contained panics. Time is tokio's paused clock and a mock
-//! `quanta` clock; nothing sleeps.
+//! clock (`slotpool::Clock::mock`); nothing sleeps.
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! (`get_started`, `get_direct`, `get_waited`, `get_timed_out`, `get_wait_time`,
 //! `connections_created`, `connections_closed_{broken,invalid,max_lifetime,idle_timeout}`),
 //! under slotpool's names, and `has_broken` asked as an object comes back. Time is tokio's
-//! paused clock and a mock `quanta` clock; nothing sleeps.
+//! paused clock and a mock clock (`slotpool::Clock::mock`); nothing sleeps.
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! What a deadpool user reaches for, by deadpool's names, in the managed pool: `Timeouts`
 //! (per pool and per call), `Pool::timeouts`, `Object::pool`, a `Status.max_size` that
 //! stays put when the pool closes, and a pool that can be built outside a runtime. Time is
-//! tokio's paused clock and a mock `quanta` clock; nothing sleeps.
+//! tokio's paused clock and a mock clock (`slotpool::Clock::mock`); nothing sleeps.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The managed pool's sentences about time, on a real clock (`quanta::Clock::new()`, real
+//! The managed pool's sentences about time, on a real clock (`slotpool::Clock::new()`, real
 //! sleeps of a few hundred milliseconds, generous bounds; nothing asserts a speed).
 //!
 //! `Meta::returned`: "Returns read no clock: this is the pool's recent time, at most one reap
@@ -26,7 +26,7 @@ impl Manager for Counter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_return_is_stamped_on_a_real_clock_at_most_a_reap_interval_early() {
     let interval = Duration::from_millis(50);
-    let clock = quanta::Clock::new();
+    let clock = slotpool::Clock::new();
     let pool = Pool::builder(Counter)
         .max_size(1)
         .reap_interval(Some(interval))
@@ -63,7 +63,7 @@ async fn a_return_is_stamped_on_a_real_clock_at_most_a_reap_interval_early() {
 /// idle since its creation by a manual pass right after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_reaper_a_return_is_stamped_when_it_happens() {
-    let clock = quanta::Clock::new();
+    let clock = slotpool::Clock::new();
     let pool = Pool::builder(Counter)
         .max_size(1)
         .idle_timeout(Duration::from_millis(200))

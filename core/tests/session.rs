@@ -1,6 +1,6 @@
 //! Behaviour of `SessionPool` through its public API, with a counting fake connector and
 //! fake stores. No test sleeps or times anything: blocking points are semaphores the test
-//! opens, time is `quanta::Clock::mock()`, and "let the spawned work finish" is a bounded
+//! opens, time is `slotpool::Clock::mock()`, and "let the spawned work finish" is a bounded
 //! number of `yield_now`s on a current-thread runtime.
 
 mod common;

@@ -2,7 +2,7 @@
 //! builder's defaults and the background reaper's interval, the cooperative budget an
 //! establishment spends, `connect_for` against `connect`, the lazy event reader and the
 //! bounded event channel, `NoRuntime`, `Aborted` and its reach, and `prewarm`'s bound and
-//! `Closed`. Time is `quanta::Clock::mock()`; the background reaper ticks on a paused tokio
+//! `Closed`. Time is `slotpool::Clock::mock()`; the background reaper ticks on a paused tokio
 //! clock the test moves by hand; nothing sleeps.
 
 mod common;

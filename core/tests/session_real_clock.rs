@@ -1,4 +1,4 @@
-//! The session pool's sentences about `max_idle_time`, on a real clock (`quanta::Clock::new()`,
+//! The session pool's sentences about `max_idle_time`, on a real clock (`slotpool::Clock::new()`,
 //! real sleeps of a few hundred milliseconds, generous bounds; nothing asserts a speed).
 //!
 //! The pool stamps sessions in raw counts of its clock (ticks: on most machines the TSC), not
@@ -16,8 +16,8 @@ use slotpool::session::SessionPool;
 
 const MAX_IDLE: Duration = Duration::from_millis(300);
 
-fn real_clock_pool() -> (SessionPool<common::session::Fake>, quanta::Clock) {
-    let clock = quanta::Clock::new();
+fn real_clock_pool() -> (SessionPool<common::session::Fake>, slotpool::Clock) {
+    let clock = slotpool::Clock::new();
     let (fake, _counts) = fake();
     let pool = SessionPool::builder(fake)
         .pool_size(4)

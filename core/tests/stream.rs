@@ -807,7 +807,7 @@ async fn the_connector_learns_which_stream_it_opens() {
 /// instant `reap` takes, and the parts of a stats snapshot.
 #[tokio::test]
 async fn the_clock_and_the_stats_parts_are_reexported() {
-    let (clock, mock): (slotpool::Clock, std::sync::Arc<slotpool::Mock>) = slotpool::Clock::mock();
+    let (clock, mock) = slotpool::Clock::mock();
     let (script, _) = Script::echo();
     let pool = script
         .builder()
@@ -815,7 +815,7 @@ async fn the_clock_and_the_stats_parts_are_reexported() {
         .reap_interval(None)
         .build()
         .unwrap();
-    mock.increment(Duration::from_secs(1));
+    mock.advance(Duration::from_secs(1));
     let now: slotpool::Instant = pool.clock().now();
     assert_eq!(pool.reap(now), 0);
     let stats = pool.stats();

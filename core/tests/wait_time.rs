@@ -5,7 +5,7 @@
 //! the pool's `slotpool_<pool>_wait_seconds` histogram, labelled with the pool's name
 //! (`"default"` without one), and an uncontended caller records none.
 //!
-//! Every wait here is timed on a `quanta::Clock::mock()` the test moves by hand, while tokio's
+//! Every wait here is timed on a `slotpool::Clock::mock()` the test moves by hand, while tokio's
 //! clock is paused (it only moves when the runtime is idle, to fire a deadline): nothing sleeps
 //! on a real clock.
 

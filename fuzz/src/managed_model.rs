@@ -1,6 +1,6 @@
 //! Differential driver for `slotpool::managed::Pool`: decodes a pool configuration and a
 //! sequence of operations from bytes, runs each operation on a real pool single-threaded (a
-//! current-thread tokio runtime with a paused clock, a mock quanta clock, a scripted manager)
+//! current-thread tokio runtime with a paused clock, a mock clock, a scripted manager)
 //! and on a plain sequential model, and panics on the first difference in an outcome, in
 //! `stats()` or `status()`, in an object held by the driver (its id, slot, age, idle time and
 //! recycle count), or in the manager's own books.
@@ -438,7 +438,7 @@ impl Cfg {
         self.min_idle == 0
     }
 
-    fn build(&self, manager: Scripted, clock: quanta::Clock) -> Pool<Scripted> {
+    fn build(&self, manager: Scripted, clock: slotpool::Clock) -> Pool<Scripted> {
         let ledger = Arc::clone(&manager.ledger);
         let backoff = match self.backoff {
             Some(after_failures) => CreateBackoff {
@@ -692,7 +692,7 @@ fn failure(error: &PoolError<FuzzError>) -> Failure {
     }
 }
 
-fn seen_meta(id: u64, slot: usize, meta: &Meta, now: quanta::Instant) -> Seen {
+fn seen_meta(id: u64, slot: usize, meta: &Meta, now: slotpool::Instant) -> Seen {
     Seen {
         id,
         slot,
@@ -702,7 +702,7 @@ fn seen_meta(id: u64, slot: usize, meta: &Meta, now: quanta::Instant) -> Seen {
     }
 }
 
-fn seen_object(object: &Object<Scripted>, now: quanta::Instant) -> Seen {
+fn seen_object(object: &Object<Scripted>, now: slotpool::Instant) -> Seen {
     seen_meta(object.id, Object::slot(object), &Object::meta(object), now)
 }
 
@@ -1770,7 +1770,7 @@ fn get_future(pool: &Pool<Scripted>, kind: GetKind) -> GetFuture<'_> {
 /// The pool, its runtime and clock, what the driver holds, and the manager's books.
 struct Driver {
     runtime: tokio::runtime::Runtime,
-    mock: Arc<quanta::Mock>,
+    mock: slotpool::MockClock,
     pool: Pool<Scripted>,
     ledger: Arc<Ledger>,
     holders: Vec<Option<Object<Scripted>>>,
@@ -1791,7 +1791,7 @@ impl Driver {
         )
     }
 
-    fn now(&self) -> quanta::Instant {
+    fn now(&self) -> slotpool::Instant {
         self.pool.clock().now()
     }
 
@@ -1896,7 +1896,7 @@ impl Driver {
                 Outcome::Done
             }
             Op::Advance(steps) => {
-                self.mock.increment(STEP * steps);
+                self.mock.advance(STEP * steps);
                 Outcome::Done
             }
             Op::Reap => Outcome::Count(self.pool.reap(self.now())),
@@ -2006,7 +2006,7 @@ pub fn run(data: &[u8]) {
     let manager = Scripted {
         ledger: Arc::clone(&ledger),
     };
-    let (clock, mock) = quanta::Clock::mock();
+    let (clock, mock) = slotpool::Clock::mock();
     let pool = {
         let _enter = runtime.enter();
         cfg.build(manager, clock)

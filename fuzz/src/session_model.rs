@@ -417,7 +417,7 @@ pub fn run(data: &[u8]) {
     };
     let connector = FuzzConnector::default();
     let knobs = Arc::clone(&connector.0);
-    let (clock, mock) = quanta::Clock::mock();
+    let (clock, mock) = slotpool::Clock::mock();
     let pool = {
         let _enter = runtime.enter();
         match SessionPool::builder(connector)
@@ -491,7 +491,7 @@ pub fn run(data: &[u8]) {
             }
             Op::Advance(steps) => {
                 let by = STEP * steps;
-                mock.increment(by);
+                mock.advance(by);
                 model.now += by.as_nanos() as u64;
             }
             Op::Reap => {

@@ -68,7 +68,7 @@ pub struct StackConfig {
     /// Background reaping of all three pools (`None`: call [`SlotStack::reap`]).
     pub reap_interval: Option<Duration>,
     /// The clock of all three pools.
-    pub clock: quanta::Clock,
+    pub clock: slotpool::Clock,
     /// The stream pool's circuit breaker: consecutive failures and backoff.
     pub breaker: Option<(u32, Duration)>,
     /// Streams opened at build and kept open.
@@ -90,7 +90,7 @@ impl Default for StackConfig {
             max_queue_depth: 8,
             idle_timeout: Duration::from_secs(10),
             reap_interval: None,
-            clock: quanta::Clock::new(),
+            clock: slotpool::Clock::new(),
             breaker: None,
             min_streams: 0,
             connect_timeout: Duration::from_secs(5),
@@ -253,7 +253,7 @@ impl SlotStack {
     /// Reaps the three pools in nesting order at `now`: streams, clients, channels. Returns
     /// how many of each it closed. A reaped stream returns its client only when its driver has
     /// stopped (see [`SlotStack::settle`]).
-    pub fn reap(&self, now: quanta::Instant) -> Open {
+    pub fn reap(&self, now: slotpool::Instant) -> Open {
         Open {
             streams: self.streams.reap(now),
             clients: self.clients.reap(now),

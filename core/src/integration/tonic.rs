@@ -37,7 +37,7 @@
 //! * an idle client that the client pool reaps releases its channel share;
 //! * a channel with no clients that the channel pool reaps closes its connection.
 //!
-//! Give the three pools the same `quanta::Clock` and reap them in that order (streams, clients,
+//! Give the three pools the same `Clock` and reap them in that order (streams, clients,
 //! channels). The stream pool notes idleness in its reaper passes, and a client's idle time
 //! starts when its stream closes, so after every guard is gone it takes a pass to note the idle
 //! streams, one idle timeout to close them (their clients come back as their drivers stop), and

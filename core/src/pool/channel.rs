@@ -21,7 +21,7 @@
 //!
 //! # Idle time and nested reaping
 //!
-//! The stamp is in milliseconds of the pool's injected `quanta::Clock`, rounded up on release
+//! The stamp is in milliseconds of the pool's injected `Clock`, rounded up on release
 //! and down on reap, so a channel is never reaped before it has been idle for the full
 //! timeout. A client pool that reaps an idle client releases the client's channel with the
 //! client's own idle-since time ([`ChannelGuard`] is held by the client for its whole life),
@@ -133,7 +133,7 @@ impl<C: ChannelConnector> ChannelPoolBuilder<C> {
                        Default: 180 s.";
         reap_interval: "How often the background reaper runs [`ChannelPool::reap`]. Default: \
                         every 10 s.";
-        clock: "The clock idle time is measured with. Default: `quanta::Clock::new()`. Give \
+        clock: "The clock idle time is measured with. Default: `Clock::new()`. Give \
                 nested pools the same clock.";
     }
 
@@ -202,7 +202,7 @@ impl<C> fmt::Debug for ChannelPoolBuilder<C> {
 /// }
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let (clock, mock) = quanta::Clock::mock();
+/// let (clock, mock) = slotpool::Clock::mock();
 /// let pool = ChannelPool::builder(Lazy)
 ///     .max_clients_per_channel(2)
 ///     .idle_timeout(Duration::from_secs(60))
@@ -212,7 +212,7 @@ impl<C> fmt::Debug for ChannelPoolBuilder<C> {
 /// let (a, b, c) = (pool.get()?, pool.get()?, pool.get()?);
 /// assert_eq!((a.id(), b.id(), c.id()), (0, 0, 1)); // channel 0 is full, so 1 opens
 /// drop((a, b, c));
-/// mock.increment(Duration::from_secs(61));
+/// mock.advance(Duration::from_secs(61));
 /// assert_eq!(pool.reap(clock.now()), 2);
 /// assert_eq!(pool.stats().channels, 0);
 /// # Ok(()) }
@@ -364,8 +364,8 @@ impl<C: ChannelConnector> ChannelPool<C> {
     /// One reaper pass at `now` on the pool's clock: closes (drops) every channel that has
     /// had no clients for at least the idle timeout. Returns how many it closed. A channel
     /// taken concurrently is never closed.
-    pub fn reap(&self, now: quanta::Instant) -> usize {
-        self.shared.reap(now)
+    pub fn reap(&self, now: crate::Instant) -> usize {
+        self.shared.reap(now.0)
     }
 
     /// A snapshot of the pool's state and counters.
@@ -384,8 +384,8 @@ impl<C: ChannelConnector> ChannelPool<C> {
     }
 
     /// The clock the pool measures idle time with.
-    pub fn clock(&self) -> &quanta::Clock {
-        &self.shared.clock
+    pub fn clock(&self) -> crate::Clock {
+        crate::Clock::from_quanta(self.shared.clock.clone())
     }
 }
 

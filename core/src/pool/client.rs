@@ -26,7 +26,7 @@
 //! # Idle time
 //!
 //! A returning guard stamps the idle word with the pool's **recent time**: the later of the
-//! injected clock's cheap `recent()` reading (exact for `quanta::Clock::mock()`, the time of
+//! injected clock's cheap `recent()` reading (exact for `Clock::mock()`, the time of
 //! quanta's upkeep thread if the application runs one) and the time of the pool's last reap
 //! pass. Neither is a clock read. [`ClientPool::reap`] closes clients idle for at least the
 //! idle timeout **plus the stamp's staleness bound** (the background reap interval), so a
@@ -255,7 +255,9 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             )
         });
         let reap_interval = self.settings.reap_interval(runtime.as_ref())?;
-        let clock = self.settings.clock_or(|| self.channels.clock().clone());
+        let clock = self
+            .settings
+            .clock_or(|| self.channels.clock().quanta().clone());
         let shared = Arc::new(ClientShared {
             slots,
             channels: self.channels,
@@ -307,7 +309,7 @@ impl<C: ChannelConnector, F> fmt::Debug for ClientPoolBuilder<C, F> {
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let (clock, mock) = quanta::Clock::mock();
+/// let (clock, mock) = slotpool::Clock::mock();
 /// let channels = ChannelPool::builder(Lazy)
 ///     .idle_timeout(Duration::from_secs(60))
 ///     .reap_interval(None)
@@ -325,7 +327,7 @@ impl<C: ChannelConnector, F> fmt::Debug for ClientPoolBuilder<C, F> {
 /// assert_eq!(clients.acquire().await?.1, 1, "the same client is reused");
 ///
 /// // Nested reaping: an idle client frees its channel.
-/// mock.increment(Duration::from_secs(61));
+/// mock.advance(Duration::from_secs(61));
 /// let now = clock.now();
 /// assert_eq!((clients.reap(now), channels.reap(now)), (1, 1));
 /// assert_eq!((clients.stats().clients, channels.stats().channels), (0, 0));
@@ -751,8 +753,8 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     /// [module documentation](self), "Idle time") and releases its channel share,
     /// recording the client's idle-since time as the channel's last use. Returns how many it
     /// closed. A client acquired concurrently is never closed.
-    pub fn reap(&self, now: quanta::Instant) -> usize {
-        self.shared.reap(now)
+    pub fn reap(&self, now: crate::Instant) -> usize {
+        self.shared.reap(now.0)
     }
 
     /// A snapshot of the pool's state and counters.

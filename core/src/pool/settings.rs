@@ -13,7 +13,7 @@
 //!   default) when it is built inside a tokio runtime. Built outside one, the default reaper
 //!   is off and the pool's `reap(now)` is the caller's to call; asking for an interval there is
 //!   [`ConfigError::Missing`]`("tokio runtime")`. A zero interval is [`ConfigError::Zero`].
-//! * **Clock.** Idle time is measured on the injected `quanta::Clock` (default
+//! * **Clock.** Idle time is measured on the injected `Clock` (default
 //!   `Clock::new()`). A background reaper ticks on tokio's timer but reads *that* clock, so
 //!   with `Clock::mock()` it reaps only as far as the mock has been advanced; tests usually
 //!   turn the reaper off and call `reap(now)` themselves.
@@ -245,11 +245,12 @@ macro_rules! setters {
     (@one clock $what:literal) => {
         #[doc = $what]
         ///
-        /// Tests pass `quanta::Clock::mock()` and call `reap(now)` themselves with the
-        /// background reaper off: a background reaper ticks on tokio's timer but reads this
-        /// clock, so with a mock it reaps only as far as the mock has been advanced.
-        pub fn clock(mut self, clock: quanta::Clock) -> Self {
-            self.settings.clock = ::std::option::Option::Some(clock);
+        /// Tests pass a [`Clock::mock`](crate::Clock::mock) and call `reap(now)` themselves
+        /// with the background reaper off: a background reaper ticks on tokio's timer but
+        /// reads this clock, so with a mock it reaps only as far as the mock has been
+        /// advanced.
+        pub fn clock(mut self, clock: crate::Clock) -> Self {
+            self.settings.clock = ::std::option::Option::Some(clock.quanta().clone());
             self
         }
     };

@@ -17,8 +17,8 @@
 //! transition is a CAS; everyone else keeps failing fast until the probe reports. A success
 //! from any connect closes the breaker (the peer is evidently back).
 //!
-//! Time is whatever nanosecond base the owner passes in (the pools use their injected
-//! `quanta::Clock`), so tests and loom drive it without sleeping.
+//! Time is whatever nanosecond base the owner passes in (the pools use their injected clock),
+//! so tests and loom drive it without sleeping.
 //!
 //! **Growing backoff** ([`Breaker::growing`]): the first opening lasts `first`, and each
 //! failed probe after it doubles the length, up to the backoff; a success starts over. A

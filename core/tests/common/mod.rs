@@ -109,30 +109,30 @@ pub async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
     out
 }
 
-/// A mock `quanta` clock for the pools, and the handle that moves it.
+/// A mock clock (`slotpool::Clock::mock`) for the pools, and the handle that moves it.
 #[derive(Clone)]
 pub struct MockTime {
-    clock: quanta::Clock,
-    mock: Arc<quanta::Mock>,
+    clock: slotpool::Clock,
+    mock: slotpool::MockClock,
 }
 
 impl MockTime {
     pub fn new() -> Self {
-        let (clock, mock) = quanta::Clock::mock();
+        let (clock, mock) = slotpool::Clock::mock();
         Self { clock, mock }
     }
 
     /// The clock to give a pool builder.
-    pub fn clock(&self) -> quanta::Clock {
+    pub fn clock(&self) -> slotpool::Clock {
         self.clock.clone()
     }
 
-    pub fn now(&self) -> quanta::Instant {
+    pub fn now(&self) -> slotpool::Instant {
         self.clock.now()
     }
 
     pub fn advance(&self, by: Duration) {
-        self.mock.increment(by);
+        self.mock.advance(by);
     }
 }
 

@@ -21,7 +21,7 @@ pub struct KeyedBuilder<K> {
     shares: Vec<(K, Option<usize>)>,
     /// (caller key, share key).
     aliases: Vec<(K, K)>,
-    /// The clock waits are timed on; `None`: `quanta::Clock::new()` at build.
+    /// The clock waits are timed on; `None`: `Clock::new()` at build.
     clock: Option<quanta::Clock>,
     /// The `pool` label of the keys' wait histograms.
     name: Cow<'static, str>,
@@ -81,11 +81,12 @@ impl<K: Key> KeyedBuilder<K> {
 
     /// The clock a call's wait for a slot is timed on ([`KeyStats::wait_time`]); only a call
     /// that finds its share full reads it (the wait bound itself, `max_wait`, runs on tokio's
-    /// timer). Tests pass `quanta::Clock::mock()`. Default: `quanta::Clock::new()`.
+    /// timer). Tests pass a [`Clock::mock`](crate::Clock::mock). Default: the machine's
+    /// clock.
     ///
     /// [`KeyStats::wait_time`]: super::KeyStats::wait_time
-    pub fn clock(mut self, clock: quanta::Clock) -> Self {
-        self.clock = Some(clock);
+    pub fn clock(mut self, clock: crate::Clock) -> Self {
+        self.clock = Some(clock.quanta().clone());
         self
     }
 

@@ -689,8 +689,8 @@ impl<K: Key> Keyed<K> {
     }
 
     /// The clock waits are timed on ([`KeyedBuilder::clock`]).
-    pub fn clock(&self) -> &quanta::Clock {
-        &self.clock
+    pub fn clock(&self) -> crate::Clock {
+        crate::Clock::from_quanta(self.clock.clone())
     }
 }
 

@@ -457,7 +457,7 @@ impl<M: Manager> PoolBuilder<M> {
                         lifetime) and tops `min_idle` up. Default: every 30 s.";
         clock: "The clock object ages, idle times and waits \
                 ([`Stats::wait_time`](super::Stats::wait_time)) are measured with. Default: \
-                `quanta::Clock::new()`.";
+                the machine's clock.";
         name: "The pool's name: the `pool` label of its wait histogram, \
                `slotpool_managed_wait_seconds` (one sample per `get` that waited, the waits \
                [`Stats::wait_time`](super::Stats::wait_time) adds up).";

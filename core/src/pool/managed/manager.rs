@@ -348,17 +348,17 @@ impl Meta {
     }
 
     /// When the object was created.
-    pub fn created(&self) -> quanta::Instant {
-        self.base + Duration::from_nanos(self.created)
+    pub fn created(&self) -> crate::Instant {
+        crate::Instant(self.base + Duration::from_nanos(self.created))
     }
 
     /// When it last came back to the pool (`None` before its first return). Under a
     /// background reaper returns read no clock: this is the pool's recent time, at most one
     /// reap interval early (exact on a mock clock); without one each return reads the clock.
     /// Idle times computed from it are never too short.
-    pub fn returned(&self) -> Option<quanta::Instant> {
+    pub fn returned(&self) -> Option<crate::Instant> {
         self.returned
-            .map(|returned| self.base + Duration::from_nanos(returned))
+            .map(|returned| crate::Instant(self.base + Duration::from_nanos(returned)))
     }
 
     /// How many times it was recycled (checked out again after a return).
@@ -367,12 +367,12 @@ impl Meta {
     }
 
     /// The object's age at `now`.
-    pub fn age(&self, now: quanta::Instant) -> Duration {
+    pub fn age(&self, now: crate::Instant) -> Duration {
         now.saturating_duration_since(self.created())
     }
 
     /// How long it has been idle at `now` (since its last return, or its creation).
-    pub fn idle(&self, now: quanta::Instant) -> Duration {
+    pub fn idle(&self, now: crate::Instant) -> Duration {
         now.saturating_duration_since(self.returned().unwrap_or_else(|| self.created()))
     }
 }

@@ -781,8 +781,8 @@ impl<M: Manager> Pool<M> {
     /// one: returns are stamped without a clock read and may be that early) beyond the
     /// lowest `min_idle`. Returns how many it dropped. An object checked out concurrently is
     /// never dropped.
-    pub fn reap(&self, now: quanta::Instant) -> usize {
-        self.shared().reap(now)
+    pub fn reap(&self, now: crate::Instant) -> usize {
+        self.shared().reap(now.0)
     }
 
     /// Creates objects until `min_idle` are idle (or the pool is full, closed, or a creation
@@ -871,8 +871,8 @@ impl<M: Manager> Pool<M> {
     }
 
     /// The clock the pool measures ages and idle times with.
-    pub fn clock(&self) -> &quanta::Clock {
-        &self.shared().time.clock
+    pub fn clock(&self) -> crate::Clock {
+        crate::Clock::from_quanta((self.shared().time.clock).clone())
     }
 }
 

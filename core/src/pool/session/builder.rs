@@ -68,7 +68,7 @@ impl<C: Connector, S: SessionStore> SessionPoolBuilder<C, S> {
                         Default [`DEFAULT_MAX_IDLE_TIME`].";
         clock: "The clock for last-use stamps, reaping and followers' waits \
                 ([`SessionStats::wait_time`](super::SessionStats::wait_time)). Default: \
-                `quanta::Clock::new()`.";
+                `Clock::new()`.";
         name: "The pool's name: the `pool` label of its wait histogram, \
                `slotpool_session_wait_seconds` (one sample per acquire that waited for another \
                caller's establishment of its session, the waits \

@@ -35,7 +35,7 @@
 //! retires the session's connection: reader aborted, connection closed, capacity returned.
 //! [`SessionPool::stop`] retires everything, and every later acquire gets
 //! [`SessionError::Closed`]. [`SessionPool::reap`] retires sessions idle past
-//! `max_idle_time`, with time from the injected `quanta::Clock`; a background task calls it
+//! `max_idle_time`, with time from the injected `Clock`; a background task calls it
 //! every `reap_every`, and tests call it directly with `Clock::mock()`. Since a hot acquire
 //! leaves a stamp that is less than `max_idle_time / 32` old as it is, a session can be reaped
 //! up to that much early (after 9 min 41.25 s of idleness with the default ten minutes), never
@@ -792,13 +792,13 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
 
     /// Retires every session idle past `max_idle_time` at `now` (from the pool's clock) and
     /// returns how many. The background reaper calls this; tests call it with a mock clock.
-    pub fn reap(&self, now: quanta::Instant) -> usize {
-        self.shared.reap(self.shared.ticks(now))
+    pub fn reap(&self, now: crate::Instant) -> usize {
+        self.shared.reap(self.shared.ticks(now.0))
     }
 
     /// The pool's clock (to compute `now` for [`SessionPool::reap`]).
-    pub fn clock(&self) -> &Clock {
-        &self.shared.clock
+    pub fn clock(&self) -> crate::Clock {
+        crate::Clock::from_quanta(self.shared.clock.clone())
     }
 
     /// How the pool hashes session ids ([`SessionPoolBuilder::key_hashing`]).

@@ -72,7 +72,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
                 stall timeouts run on tokio's timer; the reaper's backstop for them reads this \
                 clock), and acquires' waits \
                 ([`StreamStats::wait_time`](super::StreamStats::wait_time)). Default: \
-                `quanta::Clock::new()`.";
+                `Clock::new()`.";
         name: "The pool's name: the `pool` label of its wait histogram, \
                `slotpool_stream_wait_seconds` (one sample per acquire that waited for room, \
                the waits [`StreamStats::wait_time`](super::StreamStats::wait_time) adds up).";

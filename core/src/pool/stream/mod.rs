@@ -87,7 +87,7 @@
 //! went idle). The same pass checks the hung-peer deadlines again on the pool's clock (streams
 //! past their `open_timeout`, and stalled ones: noted by one pass and declared by a later
 //! one), then reopens streams up to `min_streams`. A background task calls it every
-//! `reap_interval`; tests call it directly with a `quanta::Clock::mock()` clock. A reap racing
+//! `reap_interval`; tests call it directly with a `Clock::mock()` clock. A reap racing
 //! an acquire never closes a stream that was just reserved. A reaped stream counts against
 //! `max_streams` until its driver has dropped the stream's halves: its slot stays draining,
 //! with one unit of load (counted in [`TableStats::in_flight`]) held for the driver, which
@@ -676,8 +676,8 @@ impl<C: StreamConnector> StreamPool<C> {
     ///
     /// Failing a stream is done by its driver task, so its callers see the error once that
     /// task runs.
-    pub fn reap(&self, now: quanta::Instant) -> usize {
-        self.shared.reap(now)
+    pub fn reap(&self, now: crate::Instant) -> usize {
+        self.shared.reap(now.0)
     }
 
     /// A snapshot of the pool's state and counters.
@@ -712,8 +712,8 @@ impl<C: StreamConnector> StreamPool<C> {
     }
 
     /// The clock the pool measures idle time with.
-    pub fn clock(&self) -> &quanta::Clock {
-        &self.shared.clock
+    pub fn clock(&self) -> crate::Clock {
+        crate::Clock::from_quanta(self.shared.clock.clone())
     }
 }
 
