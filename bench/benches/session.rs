@@ -51,7 +51,7 @@ fn hot(c: &mut Criterion) {
         });
     });
     group.finish();
-    pool.stop();
+    pool.close();
     rt.block_on(reference.stop());
 }
 
@@ -79,7 +79,7 @@ fn churn(c: &mut Criterion) {
         });
     });
     group.finish();
-    pool.stop();
+    pool.close();
     rt.block_on(reference.stop());
 }
 

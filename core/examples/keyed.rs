@@ -21,10 +21,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .reserved_threads(16) // kept free for other blocking work
         .build()?; // shares that do not fit the blocking pool are an error here
 
-    // A mutation: waits at most 50 ms for a slot, then runs on a blocking thread.
+    // A mutation: waits at most 50 ms for a slot, then runs on a blocking thread, inside the
+    // given span there (and only there: the pool's own log lines stay outside it).
     let span = tracing::info_span!("commit", family = "ledger");
     let written = keyed
-        .mutate(&"ledger", Duration::from_millis(50), span, || {
+        .mutate_in(&"ledger", Duration::from_millis(50), span, || {
             // take the journal's mutex, write, fsync ...
             42
         })
@@ -34,14 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // "replay" has one slot. Hold it (as a call still running would), and the next call is
     // refused when its wait bound passes: it never ran, so a retry is safe.
     let held = keyed.admit(&"replay", Duration::from_millis(50)).await?;
-    let refused = keyed
-        .read(
-            &"replay",
-            Duration::from_millis(10),
-            tracing::Span::none(),
-            || 0,
-        )
-        .await;
+    let refused = keyed.read(&"replay", Duration::from_millis(10), || 0).await;
     match refused {
         Err(e @ KeyedError::Refused { .. }) => {
             assert!(e.reach().retry_is_safe());
@@ -53,19 +47,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The slot is back: the same call runs now.
     let found = keyed
-        .read(
-            &"replay",
-            Duration::from_millis(10),
-            tracing::Span::none(),
-            || Some(7),
-        )
+        .read(&"replay", Duration::from_millis(10), || Some(7))
         .await?;
     assert_eq!(found, Some(7));
 
     // A key nobody registered is refused without running anything.
-    let unknown = keyed
-        .read(&"audit", Duration::ZERO, tracing::Span::none(), || ())
-        .await;
+    let unknown = keyed.read(&"audit", Duration::ZERO, || ()).await;
     assert!(matches!(unknown, Err(KeyedError::Unregistered { .. })));
 
     for stats in keyed.stats() {

@@ -82,6 +82,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{} connects, {} bootstrap, {} reattach, {} of {} in use",
         stats.connects, stats.bootstraps, stats.reattaches, stats.in_use, stats.capacity
     );
-    pool.stop();
+    pool.close();
     Ok(())
 }

@@ -39,6 +39,7 @@ impl std::fmt::Display for Reach {
 
 /// Why an acquire did not return capacity. No request was sent in any of these cases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AcquireError {
     /// The pool was closed (or dropped) before capacity was found.
     #[error("pool closed")]
@@ -73,6 +74,7 @@ impl From<Closed> for AcquireError {
 
 /// Why a non-waiting acquire returned nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TryAcquireError {
     /// Every unit of capacity is in use right now.
     #[error("no capacity available")]
@@ -96,6 +98,7 @@ impl From<Closed> for TryAcquireError {
 
 /// A builder was given values that cannot work. Returned by `build()`, never a panic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A setting that must be at least one was zero.
     #[error("`{0}` must be at least 1")]

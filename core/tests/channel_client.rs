@@ -527,7 +527,9 @@ fn a_panicking_channel_connector_is_contained() {
     let (_, pool, live, panics) = steered_channel_pool(2);
     panics.next.store(1, Ordering::SeqCst);
     let error = pool.get().unwrap_err();
-    let ChannelError::Panicked(panic) = &error;
+    let ChannelError::Panicked(panic) = &error else {
+        panic!("a panicking connector is `Panicked`, got {error}");
+    };
     assert_eq!(panic.message(), "connect_lazy panics");
     assert!(error.reach().retry_is_safe());
     assert_eq!(pool.stats().panics, 1);
@@ -783,4 +785,35 @@ async fn a_client_held_too_long_is_reported_with_its_call_site() {
         matches!(error, ConfigError::Zero("held_too_long")),
         "{error}"
     );
+}
+
+/// `ChannelPool::close`: later gets fail with `Closed` (retry-safe), channels without
+/// clients close at once, and a channel with clients closes at the first reap pass after its
+/// last client leaves, however short its idle time.
+#[test]
+fn a_closed_channel_pool_refuses_gets_and_closes_its_channels() {
+    let (time, pool, live) = channel_pool(1);
+    let (held, idle) = (pool.get().unwrap(), pool.get().unwrap());
+    drop(idle);
+    assert_eq!(live.load(Ordering::SeqCst), 2);
+    assert!(!pool.is_closed());
+    pool.close();
+    assert!(pool.is_closed());
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        1,
+        "the idle channel closed at once"
+    );
+    let error = pool.get().unwrap_err();
+    assert!(matches!(error, ChannelError::Closed), "{error}");
+    assert_eq!(error.reach(), Reach::NotSent);
+    drop(held);
+    assert_eq!(
+        pool.reap(time.now()),
+        1,
+        "closed: no idle timeout to wait for"
+    );
+    assert_eq!((live.load(Ordering::SeqCst), pool.stats().channels), (0, 0));
+    pool.close();
+    assert!(pool.is_closed(), "idempotent");
 }

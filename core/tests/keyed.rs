@@ -17,7 +17,7 @@ use common::keyed::{hold, one_slot_journal, read_now, LONG};
 use common::logs::capture_logs;
 use common::panics::{inject, listen_across_threads, watch_panics};
 use common::{built, join_all, run_spawned, spawn_with};
-use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
+use slotpool::keyed::{BuildError, Keyed, KeyedError};
 use slotpool::{ConfigError, Reach};
 
 // ---------------------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ async fn refusal_after_deadline_never_runs_the_closure() {
     let bound = Duration::from_millis(50);
     let start = tokio::time::Instant::now();
     let result = keyed
-        .mutate(&"journal", bound, tracing::Span::none(), move || {
+        .mutate(&"journal", bound, move || {
             ran_in.store(true, Ordering::SeqCst);
         })
         .await;
@@ -65,9 +65,7 @@ async fn refusal_after_deadline_never_runs_the_closure() {
 
     // A slot freed before the bound admits the waiter instead.
     let waiter = spawn_with(&keyed, move |keyed| async move {
-        keyed
-            .read(&"journal", bound, tracing::Span::none(), || 7)
-            .await
+        keyed.read(&"journal", bound, || 7).await
     });
     run_spawned().await;
     tokio::time::advance(bound / 2).await;
@@ -111,9 +109,7 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
             active.fetch_sub(1, Ordering::SeqCst);
         };
         spawn_with(&keyed, move |keyed| async move {
-            keyed
-                .mutate(&key, wait, tracing::Span::none(), tracked)
-                .await
+            keyed.mutate(&key, wait, tracked).await
         })
     };
 
@@ -166,9 +162,7 @@ async fn a_panic_frees_the_slot() {
     let (logs, _guard) = capture_logs();
     let _listening = listen_across_threads();
     let mutation = keyed
-        .mutate(&"ledger", LONG, tracing::Span::none(), || -> u8 {
-            inject("mutation mid-commit")
-        })
+        .mutate(&"ledger", LONG, || -> u8 { inject("mutation mid-commit") })
         .await;
     match &mutation {
         Err(KeyedError::Panicked { key, reach, panic }) => {
@@ -186,9 +180,7 @@ async fn a_panic_frees_the_slot() {
     );
 
     let read = keyed
-        .read(&"journal", LONG, tracing::Span::none(), || -> u8 {
-            inject("read")
-        })
+        .read(&"journal", LONG, || -> u8 { inject("read") })
         .await;
     assert!(
         matches!(
@@ -206,9 +198,7 @@ async fn a_panic_frees_the_slot() {
     assert_eq!((panics("ledger"), panics("journal")), (Some(1), Some(1)));
 
     // Zero wait: this succeeds only if the slot is free right now.
-    let next = keyed
-        .mutate(&"journal", Duration::ZERO, tracing::Span::none(), || 5)
-        .await;
+    let next = keyed.mutate(&"journal", Duration::ZERO, || 5).await;
     assert_eq!(next, Ok(5));
 }
 
@@ -243,9 +233,9 @@ async fn panic_storm_keeps_exact_accounting() {
                     };
                     let span = tracing::Span::none();
                     let result = if mutation {
-                        keyed.mutate(&keys[k], LONG, span, work).await
+                        keyed.mutate_in(&keys[k], LONG, span, work).await
                     } else {
-                        keyed.read(&keys[k], LONG, span, work).await
+                        keyed.read_in(&keys[k], LONG, span, work).await
                     };
                     match result {
                         Ok(value) => {
@@ -313,9 +303,7 @@ async fn aliased_keys_share_one_budget_and_refusals_name_the_caller() {
     assert!(a.is_ok() && b.is_ok());
 
     let bound = Duration::from_millis(10);
-    let refused = keyed
-        .mutate(&"ledger", bound, tracing::Span::none(), || ())
-        .await;
+    let refused = keyed.mutate(&"ledger", bound, || ()).await;
     assert_eq!(
         refused,
         Err(KeyedError::Refused {
@@ -352,7 +340,7 @@ async fn unregistered_key_is_not_run() {
     let ran = Arc::new(AtomicBool::new(false));
     let ran_in = Arc::clone(&ran);
     let result = keyed
-        .mutate(&"jornal", LONG, tracing::Span::none(), move || {
+        .mutate(&"jornal", LONG, move || {
             ran_in.store(true, Ordering::SeqCst)
         })
         .await;
@@ -372,15 +360,11 @@ async fn close_refuses_waiters_and_lets_running_work_finish() {
     let keyed = one_slot_journal();
     let (hold, work) = hold();
     let running = spawn_with(&keyed, |keyed| async move {
-        keyed
-            .mutate(&"journal", LONG, tracing::Span::none(), work)
-            .await
+        keyed.mutate(&"journal", LONG, work).await
     });
     let _ = hold.started.await;
     let waiter = spawn_with(&keyed, |keyed| async move {
-        keyed
-            .read(&"ledger", LONG, tracing::Span::none(), || ())
-            .await
+        keyed.read(&"ledger", LONG, || ()).await
     });
     run_spawned().await;
     keyed.close();
@@ -431,7 +415,7 @@ async fn the_span_is_current_inside_the_closure() {
     let caller_thread = std::thread::current().id();
 
     let seen = keyed
-        .mutate(&"ledger", LONG, span, move || {
+        .mutate_in(&"ledger", LONG, span, move || {
             let current = tracing::Span::current();
             (
                 current.id(),
@@ -463,7 +447,7 @@ async fn a_refusal_log_carries_no_request_contents() {
     let secret = String::from("SECRET-PAYLOAD-4f1c");
     let span = tracing::info_span!("request", body = %secret);
     let refused = keyed
-        .mutate(&"ledger", Duration::from_millis(25), span, move || {
+        .mutate_in(&"ledger", Duration::from_millis(25), span, move || {
             secret.len()
         })
         .await;
@@ -574,7 +558,7 @@ fn bad_configurations_are_typed_errors() {
             .reserved_threads(1)
             .build()
             .err(),
-        Some(KeyedConfigError::DoesNotFit {
+        Some(BuildError::DoesNotFit {
             shares: 68,
             reserved: 1,
             max_blocking_threads: 68
@@ -587,27 +571,27 @@ fn bad_configurations_are_typed_errors() {
         .is_ok());
     assert_eq!(
         Keyed::builder().share("journal", 0).build().err(),
-        Some(KeyedConfigError::InvalidShare {
+        Some(BuildError::InvalidShare {
             key: "journal",
             error: ConfigError::Zero("capacity")
         })
     );
     assert_eq!(
         Keyed::<&str>::builder().default_share(0).build().err(),
-        Some(KeyedConfigError::Config(ConfigError::Zero("default_share")))
+        Some(BuildError::Config(ConfigError::Zero("default_share")))
     );
     assert_eq!(
         Keyed::<&str>::builder()
             .max_blocking_threads(0)
             .build()
             .err(),
-        Some(KeyedConfigError::Config(ConfigError::Zero(
+        Some(BuildError::Config(ConfigError::Zero(
             "max_blocking_threads"
         )))
     );
     assert_eq!(
         Keyed::builder().alias("ledger", "journal").build().err(),
-        Some(KeyedConfigError::UnknownShare {
+        Some(BuildError::UnknownShare {
             alias: "ledger",
             share: "journal"
         })
@@ -620,7 +604,7 @@ fn bad_configurations_are_typed_errors() {
             .alias("append", "ledger")
             .build()
             .err(),
-        Some(KeyedConfigError::UnknownShare {
+        Some(BuildError::UnknownShare {
             alias: "append",
             share: "ledger"
         })
@@ -631,14 +615,14 @@ fn bad_configurations_are_typed_errors() {
             .alias("journal", "journal")
             .build()
             .err(),
-        Some(KeyedConfigError::Duplicate { key: "journal" })
+        Some(BuildError::Duplicate { key: "journal" })
     );
     assert_eq!(
         Keyed::builder()
             .share("journal", slotpool::keyed::MAX_SHARE + 1)
             .build()
             .err(),
-        Some(KeyedConfigError::InvalidShare {
+        Some(BuildError::InvalidShare {
             key: "journal",
             error: ConfigError::TooLarge {
                 name: "capacity",
@@ -655,7 +639,7 @@ fn bad_configurations_are_typed_errors() {
             .reserved_threads(usize::MAX)
             .max_blocking_threads(usize::MAX)
             .build(),
-        Err(KeyedConfigError::DoesNotFit { .. })
+        Err(BuildError::DoesNotFit { .. })
     ));
 }
 
@@ -708,7 +692,7 @@ async fn run_time_registration_is_safe_under_concurrent_lookups() {
     assert_eq!(keyed.total_shares(), 64);
     assert_eq!(
         keyed.register_default("one-too-many".to_string()),
-        Err(KeyedConfigError::DoesNotFit {
+        Err(BuildError::DoesNotFit {
             shares: 64 + slotpool::keyed::DEFAULT_SHARE,
             reserved: 0,
             max_blocking_threads: 64
@@ -717,7 +701,7 @@ async fn run_time_registration_is_safe_under_concurrent_lookups() {
     assert_eq!(keyed.share_of(&"one-too-many".to_string()), None);
     assert_eq!(
         keyed.register("journal".to_string(), 1),
-        Err(KeyedConfigError::Duplicate {
+        Err(BuildError::Duplicate {
             key: "journal".to_string()
         })
     );
@@ -735,7 +719,7 @@ async fn run_time_registration_is_safe_under_concurrent_lookups() {
     );
     assert_eq!(
         keyed.register_alias("journal".to_string(), "family-1".to_string()),
-        Err(KeyedConfigError::Duplicate {
+        Err(BuildError::Duplicate {
             key: "journal".to_string()
         })
     );

@@ -10,7 +10,7 @@ mod common;
 use common::keyed::{one_slot_journal, LONG};
 use common::logs::capture_logs;
 use common::panics::{inject, listen_across_threads};
-use slotpool::keyed::{Keyed, KeyedConfigError, KeyedError};
+use slotpool::keyed::{BuildError, Keyed, KeyedError};
 use slotpool::Reach;
 
 /// Builder docs: "The share of keys registered without a size (default `DEFAULT_SHARE`)"
@@ -38,7 +38,7 @@ fn the_defaults_are_shares_of_8_in_512_threads_with_none_reserved() {
     assert_eq!(keyed.total_shares(), 512);
     assert_eq!(
         keyed.register_default("family-64".to_string()),
-        Err(KeyedConfigError::DoesNotFit {
+        Err(BuildError::DoesNotFit {
             shares: 520,
             reserved: 0,
             max_blocking_threads: 512,
@@ -56,7 +56,7 @@ async fn the_panic_event_names_the_key_the_reach_and_the_message_only() {
     let secret = String::from("SECRET-PAYLOAD-9b2e");
     let span = tracing::info_span!("request", body = %secret);
     let result = keyed
-        .mutate(&"ledger", LONG, span, move || -> usize {
+        .mutate_in(&"ledger", LONG, span, move || -> usize {
             let _ = secret.len();
             inject("mid-commit")
         })
@@ -109,9 +109,7 @@ mod metrics_export {
         let keyed = metrics::with_local_recorder(&capture, one_slot_journal);
         let _listening = listen_across_threads();
         let panicked = keyed
-            .read(&"ledger", LONG, tracing::Span::none(), || -> u8 {
-                inject("read")
-            })
+            .read(&"ledger", LONG, || -> u8 { inject("read") })
             .await;
         assert!(matches!(panicked, Err(KeyedError::Panicked { .. })));
         assert_eq!(

@@ -122,11 +122,9 @@ fn client_and_session_snapshots_map_field_by_field() {
 /// counters, as the managed and client pools' do.
 #[test]
 fn wait_totals_become_counters() {
-    let stream = StreamStats {
-        waits: 3,
-        wait_time: Duration::from_millis(12),
-        ..StreamStats::default()
-    };
+    let mut stream = StreamStats::default();
+    stream.waits = 3;
+    stream.wait_time = Duration::from_millis(12);
     let mut session = SessionStats::default();
     session.waits = 2;
     session.wait_time = Duration::from_micros(1500);
@@ -242,15 +240,14 @@ fn a_panicking_stats_callback_does_not_kill_the_exporter() {
 /// broken) among them, each under its exported name.
 #[test]
 fn channel_counters_are_exported_by_name() {
-    let stats = slotpool::channel::ChannelStats {
-        channels: 2,
-        clients: 5,
-        gets: 11,
-        opened: 4,
-        reaps: 1,
-        broken: 3,
-        panics: 0,
-    };
+    let mut stats = slotpool::channel::ChannelStats::default();
+    stats.channels = 2;
+    stats.clients = 5;
+    stats.gets = 11;
+    stats.opened = 4;
+    stats.reaps = 1;
+    stats.broken = 3;
+    stats.panics = 0;
     let capture = Capture::default();
     metrics::with_local_recorder(&capture, || stats.export("edge"));
     assert_eq!(capture.gauge("slotpool_channel_channels{pool=edge}"), 2.0);

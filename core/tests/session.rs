@@ -136,7 +136,7 @@ async fn either_key_hashing_serves_sessions() {
         }
         assert_eq!(counts.connects(), 96);
         drop(first);
-        pool.stop();
+        pool.close();
         assert_balanced(&pool, &counts);
     }
 }
@@ -695,7 +695,7 @@ async fn stop_closes_everything_and_refuses_later_acquires() {
     let (pool, counts, _time) = pool(4);
     let a = pool.acquire("a", &ctx()).await.unwrap();
     pool.acquire("b", &ctx()).await.unwrap();
-    pool.stop();
+    pool.close();
     assert!(!a.is_open());
     assert_all_closed(&pool, &counts, 2);
     assert!(matches!(
@@ -706,7 +706,7 @@ async fn stop_closes_everything_and_refuses_later_acquires() {
         pool.acquire("new", &ctx()).await,
         Err(SessionError::Closed)
     ));
-    pool.stop();
+    pool.close();
     assert_balanced(&pool, &counts);
 }
 
@@ -715,7 +715,7 @@ async fn stop_during_establishment_fails_its_callers_with_closed() {
     let (pool, counts) = held_pool(2);
     let caller = spawn_acquire(&pool, "s");
     counts.bootstrap_entered().await;
-    pool.stop();
+    pool.close();
     counts.let_bootstrap_proceed();
     assert!(matches!(caller.await.unwrap(), Err(SessionError::Closed)));
     assert_all_closed(&pool, &counts, 1);
@@ -750,7 +750,7 @@ async fn prewarmed_connections_skip_the_connect() {
     );
     assert_eq!(pool.stats().idle, 1);
     assert_balanced(&pool, &counts);
-    pool.stop();
+    pool.close();
     assert_eq!(
         counts.opened(),
         counts.closed(),
@@ -1005,7 +1005,7 @@ async fn panic_storm_keeps_exact_accounting() {
     assert!(outcomes[0] > 0 && outcomes[1] > 0, "{outcomes:?}");
     settle(|| pool.stats().establishing == 0).await;
     counts.panic_one_in.store(0, Ordering::SeqCst);
-    pool.stop();
+    pool.close();
     let stats = pool.stats();
     assert_eq!(
         (stats.in_use, stats.active, stats.establishing),

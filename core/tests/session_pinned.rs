@@ -447,7 +447,7 @@ async fn prewarm_after_stop_is_closed() {
         .reap_every(None)
         .build()
         .unwrap();
-    pool.stop();
+    pool.close();
     counts.fail_connect.store(1, Ordering::SeqCst);
     let error = pool.prewarm().await.unwrap_err();
     assert!(matches!(error, SessionError::Closed), "{error:?}");

@@ -426,7 +426,7 @@ fn session_followers_waits_are_timed_and_recorded_under_the_pools_name() {
             (3, SERVED + GAVE_UP + TIMED_OUT)
         );
         drop(session);
-        pool.stop();
+        pool.close();
     });
     recorded.assert_histograms(&[(
         "slotpool_session_wait_seconds{pool=daemon}",

@@ -689,6 +689,7 @@ fn failure(error: &PoolError<FuzzError>) -> Failure {
         PoolError::Unavailable { .. } => Failure::Unavailable,
         PoolError::Panicked { step, .. } => Failure::Panicked(*step),
         PoolError::PostCreateHook(_) => Failure::PostCreateHook,
+        other => panic!("a failure the model does not know: {other}"),
     }
 }
 
@@ -1956,6 +1957,7 @@ impl Driver {
                         let failure = match &error {
                             AddError::Closed(_) => Failure::Closed,
                             AddError::NoCapacity(_) => Failure::NoCapacity,
+                            other => panic!("an add failure the model does not know: {other}"),
                         };
                         Self::drop_owned(error.into_inner());
                         Err(failure)

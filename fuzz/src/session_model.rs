@@ -502,7 +502,7 @@ pub fn run(data: &[u8]) {
         check(step, &pool, &knobs, &model);
     }
 
-    pool.stop();
+    pool.close();
     drop(handles);
     assert_eq!(
         knobs.opened.load(Ordering::SeqCst),

@@ -199,12 +199,7 @@ pub fn slotpool_spawn_blocking(rt: &Runtime, keyed: &Arc<Keyed<Family>>, ops: u6
             let mut cycle = Cycle::new(t);
             for i in 0..n {
                 let result = keyed
-                    .mutate(
-                        &cycle.next_family(),
-                        WAIT,
-                        tracing::Span::none(),
-                        move || work(i),
-                    )
+                    .mutate(&cycle.next_family(), WAIT, move || work(i))
                     .await;
                 let value: Result<u64, KeyedError<Family>> = result;
                 black_box(value.expect("admitted and run"));

@@ -132,7 +132,7 @@ fn session_hot(settings: &Settings, rt: &Runtime, workers: usize) -> Vec<Record>
         settings,
         impls,
     );
-    pool.stop();
+    pool.close();
     rt.block_on(reference.stop());
     records
 }

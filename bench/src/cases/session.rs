@@ -281,7 +281,7 @@ fn hot(settings: &Settings) -> Vec<Record> {
         ),
     ];
     let records = interleave(HOT, per * TASK_COUNT as u64, settings, impls);
-    pool.stop();
+    pool.close();
     rt.block_on(reference.stop());
     records
 }
@@ -315,7 +315,7 @@ fn churn(settings: &Settings) -> Vec<Record> {
         ),
     ];
     let records = interleave(CHURN, per * TASK_COUNT as u64, settings, impls);
-    pool.stop();
+    pool.close();
     rt.block_on(reference.stop());
     records
 }

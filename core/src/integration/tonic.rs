@@ -314,6 +314,7 @@ where
 
 /// Why a tonic stream failed to open, or failed once open.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TonicStreamError<E: std::error::Error + 'static> {
     /// No client could be checked out for the stream; nothing was sent.
     #[error("no client for the stream: {0}")]

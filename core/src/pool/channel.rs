@@ -65,7 +65,7 @@ use crate::error::{ConfigError, Reach};
 use crate::panic::{catch, report, Panic};
 use crate::pool::settings::{self, Names, Settings};
 use crate::protocol::shared::{Joined, Left, Share, SharedSlots, MAX_HOLDERS, MAX_STAMP};
-use crate::sync::{Arc, Counter};
+use crate::sync::{Arc, AtomicBool, Counter, Ordering};
 
 /// Creates channels. Implement it over your transport; the `tonic` integration implements
 /// it over `Endpoint::connect_lazy`.
@@ -81,10 +81,14 @@ pub trait ChannelConnector: Send + Sync + 'static {
 /// Why [`ChannelPool::get`] returned no channel. Nothing was sent ([`ChannelError::reach`]):
 /// a retry is safe.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChannelError {
     /// The connector panicked creating a channel (caught and logged; its slot was freed).
     #[error("the channel connector {0}")]
     Panicked(Panic),
+    /// The pool was closed ([`ChannelPool::close`]).
+    #[error("channel pool closed")]
+    Closed,
 }
 
 impl ChannelError {
@@ -96,6 +100,7 @@ impl ChannelError {
 
 /// A snapshot of a [`ChannelPool`]'s state and counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChannelStats {
     /// Open channels.
     pub channels: usize,
@@ -168,6 +173,7 @@ impl<C: ChannelConnector> ChannelPoolBuilder<C> {
             clock,
             base,
             counters: Counters::default(),
+            closed: AtomicBool::new(false),
         });
         let reaper = self
             .settings
@@ -233,6 +239,8 @@ struct ChannelShared<C: ChannelConnector> {
     /// The idle timeout in whole milliseconds, rounded up.
     timeout_ms: u64,
     counters: Counters,
+    /// Set by [`ChannelPool::close`]: gets fail, and reap passes close every idle channel.
+    closed: AtomicBool,
 }
 
 struct Counters {
@@ -299,9 +307,11 @@ impl<C: ChannelConnector> ChannelShared<C> {
         let now_ms =
             u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
         let timeout = self.timeout_ms;
+        // Closed: every channel without clients goes, whatever its idle time.
+        let closed = self.closed.load(Ordering::SeqCst);
         let reaped = self
             .slots
-            .reap(|stamp| stamp == BROKEN || now_ms.saturating_sub(stamp) >= timeout);
+            .reap(|stamp| closed || stamp == BROKEN || now_ms.saturating_sub(stamp) >= timeout);
         let count = reaped.len();
         if count > 0 {
             self.counters.reaps.add(count as u64);
@@ -330,12 +340,16 @@ impl<C: ChannelConnector> ChannelPool<C> {
     ///
     /// # Errors
     /// [`ChannelError::Panicked`] if a new channel was needed and the connector panicked
-    /// (its slot is freed; the next get tries again).
+    /// (its slot is freed; the next get tries again); [`ChannelError::Closed`] once the pool
+    /// is closed.
     pub fn get(self: &Arc<Self>) -> Result<ChannelGuard<C>, ChannelError> {
         Self::get_shared(&self.shared)
     }
 
     fn get_shared(shared: &Arc<ChannelShared<C>>) -> Result<ChannelGuard<C>, ChannelError> {
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(ChannelError::Closed);
+        }
         let share = match shared.slots.join() {
             Joined::Shared(share) => share,
             Joined::Vacant(lease) => {
@@ -386,6 +400,20 @@ impl<C: ChannelConnector> ChannelPool<C> {
     /// The clock the pool measures idle time with.
     pub fn clock(&self) -> crate::Clock {
         crate::Clock::from_quanta(self.shared.clock.clone())
+    }
+
+    /// Closes the pool: later gets fail with [`ChannelError::Closed`] (a get racing the
+    /// close may still be served), channels without clients are closed now, and channels
+    /// with clients by the first reap pass after their last client leaves (whatever the idle
+    /// timeout). Idempotent.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.reap(self.shared.clock.now());
+    }
+
+    /// Whether [`ChannelPool::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
     }
 }
 

@@ -101,6 +101,7 @@ pub trait ClientFactory<Ch>: Send + Sync + 'static {
 /// Why an acquire returned no client. Nothing was sent in any case
 /// ([`ClientError::reach`] is always [`Reach::NotSent`]): a retry is safe.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError<E: std::error::Error + 'static> {
     /// The pool was closed (or dropped).
     #[error("client pool closed")]
@@ -788,6 +789,11 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
     pub fn close(&self) {
         self.shared.slots.close();
         self.shared.drain_closed();
+    }
+
+    /// Whether [`ClientPool::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.slots.is_closed()
     }
 
     /// The channel pool clients are built on.

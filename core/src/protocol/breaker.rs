@@ -39,6 +39,7 @@ const STATE_MASK: u64 = 0b11;
 
 /// The breaker's state, for statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BreakerState {
     /// Spin-ups proceed.
     #[default]

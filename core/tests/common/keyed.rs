@@ -27,9 +27,7 @@ pub async fn read_now<T: Send + 'static>(
     value: T,
 ) -> Result<T, KeyedError<&'static str>> {
     let work = move || value;
-    keyed
-        .read(&key, Duration::ZERO, tracing::Span::none(), work)
-        .await
+    keyed.read(&key, Duration::ZERO, work).await
 }
 
 /// A blocking closure that reports when it starts and then holds its slot until released.

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::{
-    check_fit, Key, KeyState, KeyTable, Keyed, KeyedConfigError, DEFAULT_SHARE,
+    check_fit, BuildError, Key, KeyState, KeyTable, Keyed, DEFAULT_SHARE,
     TOKIO_DEFAULT_MAX_BLOCKING_THREADS,
 };
 use crate::error::ConfigError;
@@ -110,11 +110,11 @@ impl<K: Key> KeyedBuilder<K> {
     /// Validates the configuration and builds the registry.
     ///
     /// # Errors
-    /// [`KeyedConfigError::Config`] for a zero default share or thread limit;
-    /// [`KeyedConfigError::InvalidShare`], [`KeyedConfigError::Duplicate`],
-    /// [`KeyedConfigError::UnknownShare`] for a bad key; [`KeyedConfigError::DoesNotFit`] when
+    /// [`BuildError::Config`] for a zero default share or thread limit;
+    /// [`BuildError::InvalidShare`], [`BuildError::Duplicate`],
+    /// [`BuildError::UnknownShare`] for a bad key; [`BuildError::DoesNotFit`] when
     /// the shares plus the reserved threads exceed the thread limit.
-    pub fn build(self) -> Result<Keyed<K>, KeyedConfigError<K>> {
+    pub fn build(self) -> Result<Keyed<K>, BuildError<K>> {
         if self.default_share == 0 {
             return Err(ConfigError::Zero("default_share").into());
         }

@@ -1,5 +1,5 @@
 //! [`KeyedError`] (why a call did not return its closure's value, and whether it may have run)
-//! and [`KeyedConfigError`] (a configuration that cannot work).
+//! and [`BuildError`] (a configuration that cannot work).
 
 use std::fmt;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use crate::protocol::routes::TableError;
 /// Why a keyed call did not return the closure's value. Every variant names the **caller's**
 /// key (not the share it is aliased to) and says, through [`Reach`], whether a retry is safe.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyedError<K: fmt::Debug> {
     /// No slot of the key's share freed within the wait bound. The closure never ran.
     #[error("{key:?}: refused, no blocking slot freed within {waited:?} (not run; {reach})")]
@@ -93,7 +94,8 @@ impl<K: fmt::Debug> KeyedError<K> {
 /// [`Keyed::register`]: super::Keyed::register
 /// [`Keyed::register_alias`]: super::Keyed::register_alias
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyedConfigError<K: fmt::Debug> {
+#[non_exhaustive]
+pub enum BuildError<K: fmt::Debug> {
     /// A global setting is invalid (zero default share, zero thread limit).
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -134,16 +136,12 @@ pub enum KeyedConfigError<K: fmt::Debug> {
     },
 }
 
-impl<K: fmt::Debug> From<TableError<K>> for KeyedConfigError<K> {
+impl<K: fmt::Debug> From<TableError<K>> for BuildError<K> {
     fn from(error: TableError<K>) -> Self {
         match error {
-            TableError::Duplicate { key } => KeyedConfigError::Duplicate { key },
-            TableError::UnknownShare { alias, share } => {
-                KeyedConfigError::UnknownShare { alias, share }
-            }
-            TableError::InvalidShare { key, error } => {
-                KeyedConfigError::InvalidShare { key, error }
-            }
+            TableError::Duplicate { key } => BuildError::Duplicate { key },
+            TableError::UnknownShare { alias, share } => BuildError::UnknownShare { alias, share },
+            TableError::InvalidShare { key, error } => BuildError::InvalidShare { key, error },
         }
     }
 }

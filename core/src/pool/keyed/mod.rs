@@ -80,7 +80,7 @@
 //! The sum of all shares (each distinct share counted once, however many keys alias it) plus
 //! the threads reserved for other blocking work must not exceed the blocking pool's thread
 //! limit, or the families could together park every thread. [`KeyedBuilder::build`] and the
-//! run-time registrations check it and return [`KeyedConfigError::DoesNotFit`]. This module
+//! run-time registrations check it and return [`BuildError::DoesNotFit`]. This module
 //! cannot read the runtime's limit: pass the value given to
 //! `tokio::runtime::Builder::max_blocking_threads` (tokio's default is
 //! [`TOKIO_DEFAULT_MAX_BLOCKING_THREADS`]).
@@ -112,6 +112,7 @@
 //! ```
 //! use std::time::Duration;
 //! use slotpool::keyed::Keyed;
+//! use tracing::Instrument;
 //!
 //! let keyed = Keyed::builder()
 //!     .default_share(8)
@@ -124,12 +125,12 @@
 //!
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
 //! rt.block_on(async {
-//!     let span = tracing::info_span!("commit", family = "ledger");
 //!     let result = keyed
-//!         .mutate(&"ledger", Duration::from_millis(50), span, || {
+//!         .mutate(&"ledger", Duration::from_millis(50), || {
 //!             // blocking work: take the journal's mutex, write, fsync ...
 //!             42
 //!         })
+//!         .instrument(tracing::info_span!("commit", family = "ledger"))
 //!         .await;
 //!     match result {
 //!         Ok(value) => assert_eq!(value, 42),
@@ -172,7 +173,7 @@ mod error;
 
 pub use crate::protocol::routes::KeyHasher;
 pub use builder::KeyedBuilder;
-pub use error::{KeyedConfigError, KeyedError};
+pub use error::{BuildError, KeyedError};
 
 /// What a key type must provide: compared and hashed on every call, cloned only into errors,
 /// statistics and registrations, printed (`Debug`) in logs and errors.
@@ -311,9 +312,11 @@ impl<K: Key> Keyed<K> {
     ///
     /// Waits asynchronously, holding no thread, at most `max_wait` for a slot (pass the tighter
     /// of the transport deadline and the call's own budget); then runs `work` on
-    /// [`tokio::task::spawn_blocking`] with the slot's permit moved into the closure and `span`
-    /// entered inside it, on the blocking thread. A refusal is logged (key, share, wait bound)
-    /// without entering `span`, so the request's fields stay out of the log.
+    /// [`tokio::task::spawn_blocking`] with the slot's permit moved into the closure and the
+    /// caller's span (the current one at the first poll: instrument the call, `.instrument
+    /// (span)`, or see [`Keyed::mutate_in`]) entered inside it, on the blocking thread. A
+    /// refusal is logged with the key, its share and the wait bound, never anything of the
+    /// work.
     ///
     /// # Errors
     /// [`KeyedError::Refused`], [`KeyedError::Closed`], [`KeyedError::Unregistered`]: not run,
@@ -336,9 +339,8 @@ impl<K: Key> Keyed<K> {
     /// let keyed = Keyed::builder().family("journal").build()?;
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     /// # rt.block_on(async {
-    /// let span = tracing::info_span!("append");
     /// let written = keyed
-    ///     .mutate(&"journal", Duration::from_millis(20), span, || 3 /* bytes */)
+    ///     .mutate(&"journal", Duration::from_millis(20), || 3 /* bytes */)
     ///     .await?;
     /// assert_eq!(written, 3);
     /// # Ok::<(), slotpool::keyed::KeyedError<&str>>(())
@@ -346,6 +348,26 @@ impl<K: Key> Keyed<K> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn mutate<F, T>(
+        &self,
+        key: &K,
+        max_wait: Duration,
+        work: F,
+    ) -> Result<T, KeyedError<K>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let span = tracing::Span::current();
+        self.run(key, max_wait, span, work, Effect::Mutation).await
+    }
+
+    /// [`Keyed::mutate`] with `work` run in `span`, entered only on the blocking thread: the
+    /// call's own events (a refusal, a panic report) stay outside it, so a span that carries
+    /// a request's fields never reaches the pool's log lines.
+    ///
+    /// # Errors
+    /// As [`Keyed::mutate`].
+    pub async fn mutate_in<F, T>(
         &self,
         key: &K,
         max_wait: Duration,
@@ -380,14 +402,28 @@ impl<K: Key> Keyed<K> {
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     /// # rt.block_on(async {
     /// let found = keyed
-    ///     .read(&"index", Duration::from_millis(20), tracing::Span::none(), || Some(7))
+    ///     .read(&"index", Duration::from_millis(20), || Some(7))
     ///     .await?;
     /// assert_eq!(found, Some(7));
     /// # Ok::<(), slotpool::keyed::KeyedError<&str>>(())
     /// # })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn read<F, T>(
+    pub async fn read<F, T>(&self, key: &K, max_wait: Duration, work: F) -> Result<T, KeyedError<K>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let span = tracing::Span::current();
+        self.run(key, max_wait, span, work, Effect::Read).await
+    }
+
+    /// [`Keyed::read`] with `work` run in `span`, entered only on the blocking thread (see
+    /// [`Keyed::mutate_in`]).
+    ///
+    /// # Errors
+    /// As [`Keyed::read`].
+    pub async fn read_in<F, T>(
         &self,
         key: &K,
         max_wait: Duration,
@@ -565,9 +601,9 @@ impl<K: Key> Keyed<K> {
     /// they see the registry before or after, never a mix.
     ///
     /// # Errors
-    /// [`KeyedConfigError::Duplicate`], [`KeyedConfigError::InvalidShare`],
-    /// [`KeyedConfigError::DoesNotFit`] (the registry is unchanged).
-    pub fn register(&self, key: K, share: usize) -> Result<(), KeyedConfigError<K>> {
+    /// [`BuildError::Duplicate`], [`BuildError::InvalidShare`],
+    /// [`BuildError::DoesNotFit`] (the registry is unchanged).
+    pub fn register(&self, key: K, share: usize) -> Result<(), BuildError<K>> {
         let new_key = key.clone();
         self.publish(&new_key, share, |table, fixed| {
             table.add_share(Some(fixed), key, share, |key, share| {
@@ -580,16 +616,16 @@ impl<K: Key> Keyed<K> {
     ///
     /// # Errors
     /// As [`Keyed::register`].
-    pub fn register_default(&self, key: K) -> Result<(), KeyedConfigError<K>> {
+    pub fn register_default(&self, key: K) -> Result<(), BuildError<K>> {
         self.register(key, self.default_share)
     }
 
     /// Registers `alias` at run time, drawing from the registered share `share`.
     ///
     /// # Errors
-    /// [`KeyedConfigError::Duplicate`], [`KeyedConfigError::UnknownShare`] (the registry is
+    /// [`BuildError::Duplicate`], [`BuildError::UnknownShare`] (the registry is
     /// unchanged).
-    pub fn register_alias(&self, alias: K, share: K) -> Result<(), KeyedConfigError<K>> {
+    pub fn register_alias(&self, alias: K, share: K) -> Result<(), BuildError<K>> {
         let new_key = alias.clone();
         self.publish(&new_key, 0, |table, fixed| {
             table.add_alias(Some(fixed), alias, share, |alias, share| {
@@ -609,10 +645,10 @@ impl<K: Key> Keyed<K> {
             &mut KeyTable<K>,
             &KeyTable<K>,
         ) -> Result<(), crate::protocol::routes::TableError<K>>,
-    ) -> Result<(), KeyedConfigError<K>> {
+    ) -> Result<(), BuildError<K>> {
         self.routes.publish(|next, fixed| {
             if next.contains(Some(fixed), new_key) {
-                return Err(KeyedConfigError::Duplicate {
+                return Err(BuildError::Duplicate {
                     key: new_key.clone(),
                 });
             }
@@ -624,7 +660,7 @@ impl<K: Key> Keyed<K> {
                 self.reserved_threads,
                 self.max_blocking_threads,
             )?;
-            change(next, fixed).map_err(KeyedConfigError::from)
+            change(next, fixed).map_err(BuildError::from)
         })
     }
 
@@ -632,6 +668,11 @@ impl<K: Key> Keyed<K> {
     /// already running finishes and frees its slot as usual. Idempotent.
     pub fn close(&self) {
         self.routes.close();
+    }
+
+    /// Whether [`Keyed::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.routes.is_closed()
     }
 
     /// A snapshot of `key`'s statistics, or `None` for an unregistered key.
@@ -710,10 +751,10 @@ fn check_fit<K: fmt::Debug>(
     shares: usize,
     reserved: usize,
     max_blocking_threads: usize,
-) -> Result<(), KeyedConfigError<K>> {
+) -> Result<(), BuildError<K>> {
     match shares.checked_add(reserved) {
         Some(needed) if needed <= max_blocking_threads => Ok(()),
-        _ => Err(KeyedConfigError::DoesNotFit {
+        _ => Err(BuildError::DoesNotFit {
             shares,
             reserved,
             max_blocking_threads,

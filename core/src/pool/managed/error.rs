@@ -60,6 +60,7 @@ impl fmt::Display for Step {
 
 /// Why [`Pool::add`](super::Pool::add) handed the object back (bb8's `AddError`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AddError<T> {
     /// The pool is full (every unit of `max_size` in use).
     NoCapacity(T),
@@ -93,6 +94,7 @@ impl<T: fmt::Debug> std::error::Error for AddError<T> {}
 /// is safe ([`PoolError::reach`]). Whether a retry can succeed is another matter:
 /// [`PoolError::is_closed`] says when it cannot.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PoolError<E: std::error::Error + 'static> {
     /// A deadline passed: the pool's `wait_timeout` while waiting, its `create_timeout`
     /// while creating, or the caller's [`get_timeout`](super::Pool::get_timeout) in whichever
@@ -165,6 +167,7 @@ impl<E: std::error::Error + 'static> PoolError<E> {
 /// Why [`PoolBuilder::build_eager`](super::PoolBuilder::build_eager) returned no pool (bb8's
 /// async `build` answers the manager's error; this says which half failed).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError<E: std::error::Error + 'static> {
     /// A setting was refused, as [`PoolBuilder::build`](super::PoolBuilder::build) refuses it.
     #[error(transparent)]

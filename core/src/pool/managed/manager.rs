@@ -153,6 +153,7 @@ pub type RecycleResult<E> = Result<(), RecycleError<E>>;
 
 /// Why [`Manager::recycle`] rejected an object.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecycleError<E: std::error::Error + 'static> {
     /// The manager's reason, in words.
     #[error("rejected: {0}")]
@@ -177,6 +178,7 @@ impl<E: std::error::Error + 'static> From<E> for RecycleError<E> {
 
 /// Why a hook rejected an object.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HookError<E: std::error::Error + 'static> {
     /// The hook's reason, in words.
     #[error("{0}")]

@@ -216,6 +216,7 @@ impl Recycling {
 
 /// Why [`PgManager`] could not make or keep a connection.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PgError {
     /// Connecting failed: the server could not be reached, refused the connection or the
     /// login, or the database does not exist (the source says which).

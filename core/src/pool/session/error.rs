@@ -13,6 +13,7 @@ pub type SourceError = Arc<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Which store operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreOp {
     /// Looking up the session's loop id (before anything was sent to the daemon).
     Lookup,

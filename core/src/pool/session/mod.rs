@@ -33,7 +33,7 @@
 //!
 //! [`SessionPool::release`] (and [`SessionPool::reset_session`], which is the same as in R3)
 //! retires the session's connection: reader aborted, connection closed, capacity returned.
-//! [`SessionPool::stop`] retires everything, and every later acquire gets
+//! [`SessionPool::close`] retires everything, and every later acquire gets
 //! [`SessionError::Closed`]. [`SessionPool::reap`] retires sessions idle past
 //! `max_idle_time`, with time from the injected `Clock`; a background task calls it
 //! every `reap_every`, and tests call it directly with `Clock::mock()`. Since a hot acquire
@@ -102,7 +102,7 @@
 //! * once established, both move into the session's `Live` record, whose resources (the
 //!   connection, the permit, and its reader if one was started) are freed by whoever wins its
 //!   use stamp's move to `RETIRED` (its use stamp):
-//!   a release, a reap, a rebuild of a dead or stale session, or `stop`. That is one CAS, so
+//!   a release, a reap, a rebuild of a dead or stale session, or `close`. That is one CAS, so
 //!   exactly one of them frees, and a release racing an acquire either retires the old
 //!   connection (the acquire then rebuilds) or runs after the acquire refreshed it (and closes
 //!   it under the caller, who sees [`Session::is_open`] go false);
@@ -210,7 +210,7 @@
 //!     assert!(pool.release("session-a"));
 //!     assert!(!first.is_open());
 //!     assert_eq!(pool.stats().in_use, 0);
-//!     pool.stop();
+//!     pool.close();
 //!     Ok(())
 //! }
 //! ```
@@ -219,7 +219,7 @@
 //! `live.rs` an installed connection and its event reader, `store.rs` the session store,
 //! `error.rs` the errors and `builder.rs` the settings. Every decision on the map (what an
 //! acquire does with what it finds, who frees a connection, what a leader may install, what a
-//! release, the reaper and `stop` retire) is [`Directory`]'s, in [`crate::protocol::flight`]
+//! release, the reaper and `close` retire) is [`Directory`]'s, in [`crate::protocol::flight`]
 //! (executor-agnostic); the loom models drive that same code.
 
 use std::fmt;
@@ -598,7 +598,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     ///
     /// # Errors
     /// [`SessionError::Exhausted`] when `pool_size` sessions are taken (no waiting),
-    /// [`SessionError::Closed`] after [`SessionPool::stop`], or the establishment's error,
+    /// [`SessionError::Closed`] after [`SessionPool::close`], or the establishment's error,
     /// which every concurrent caller for the session shares.
     #[inline]
     pub fn acquire<'a>(
@@ -770,10 +770,10 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         self.release(session)
     }
 
-    /// Stops the pool: every session and prewarmed connection is closed, establishments in
+    /// Closes the pool: every session and prewarmed connection is closed, establishments in
     /// flight close theirs when they end (their callers get [`SessionError::Closed`]), the
     /// reaper ends, and every later acquire gets [`SessionError::Closed`]. Idempotent.
-    pub fn stop(&self) {
+    pub fn close(&self) {
         let shared = &self.shared;
         if let Some(reaper) = &self.reaper {
             reaper.abort();
@@ -785,7 +785,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         }
     }
 
-    /// Whether [`SessionPool::stop`] was called.
+    /// Whether [`SessionPool::close`] was called.
     pub fn is_stopped(&self) -> bool {
         self.shared.directory.is_closed()
     }
@@ -878,7 +878,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
 
 impl<C: Connector, S: SessionStore> Drop for SessionPool<C, S> {
     fn drop(&mut self) {
-        self.stop();
+        self.close();
     }
 }
 

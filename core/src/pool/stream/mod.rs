@@ -152,6 +152,7 @@ pub use guard::*;
 /// Every [`StreamGuard::send`] ends as exactly one of `completed`, `failed` or `cancelled`;
 /// a guard dropped unsent is none of them (its room goes back at once).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamStats {
     /// Streams by phase, requests in flight (reserved or sent), tasks waiting.
     pub table: TableStats,
@@ -709,6 +710,11 @@ impl<C: StreamConnector> StreamPool<C> {
     /// complete. Streams close as they go idle and are reaped, or when the pool is dropped.
     pub fn close(&self) {
         self.shared.table.close();
+    }
+
+    /// Whether [`StreamPool::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.table.is_closed()
     }
 
     /// The clock the pool measures idle time with.

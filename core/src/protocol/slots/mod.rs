@@ -264,6 +264,7 @@ pub struct Retired {
 
 /// A snapshot of a table, for statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TableStats {
     /// Slots allocated so far (a bounded table allocates in segments as it fills, up to its
     /// capacity).

@@ -541,6 +541,7 @@ impl ConfigError {
 /// }
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CreatePoolError {
     /// A connection field cannot work (see [`Config::get_pg_config`]).
     #[error(transparent)]
