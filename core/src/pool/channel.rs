@@ -13,7 +13,7 @@
 //!
 //! # How
 //!
-//! Channels live in the shared cells of [`crate::protocol::shared`]: an unbounded slot table whose
+//! Channels live in the shared cells of `crate::protocol::shared`: an unbounded slot table whose
 //! load is the number of clients on the channel, the truth about **capacity**, and beside each
 //! slot a share word, the truth about **the channel's life**. A get is one reserve and one
 //! register CAS; a reap takes only a channel whose word shows no holders and an old stamp, so
@@ -36,7 +36,7 @@
 //! it, by the release that leaves it empty, not after the idle timeout, so a connection to a
 //! hung peer is not kept for reuse. Clients that still use it keep it (and new ones may
 //! join it) until then. The mark is the share word's stamp set to its reserved maximum
-//! ([`MAX_STAMP`]: the stamp only grows, so the mark stays until the channel closes); the
+//! (`MAX_STAMP`: the stamp only grows, so the mark stays until the channel closes); the
 //! close is an ordinary reap pass that takes marked channels, so a channel joined meanwhile
 //! is never closed under its new client.
 //!
@@ -53,7 +53,7 @@
 //! background reaper a `Weak`; dropping the last handle stops the reaper even while guards
 //! live.
 //!
-//! This module owns channel lifecycles; the share word is [`crate::protocol::shared`]'s and capacity
+//! This module owns channel lifecycles; the share word is `crate::protocol::shared`'s and capacity
 //! search the slot table's.
 //!
 use std::fmt;
@@ -147,7 +147,7 @@ impl<C: ChannelConnector> ChannelPoolBuilder<C> {
     ///
     /// # Errors
     /// [`ConfigError`] for zero clients per channel, a zero idle timeout or reap interval,
-    /// more than [`MAX_HOLDERS`] clients per channel, or a reap interval asked for without a
+    /// more than `MAX_HOLDERS` clients per channel, or a reap interval asked for without a
     /// tokio runtime.
     pub fn build(self) -> Result<Arc<ChannelPool<C>>, ConfigError> {
         if self.max_clients_per_channel == 0 {

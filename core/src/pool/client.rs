@@ -15,7 +15,7 @@
 //!
 //! # How
 //!
-//! Clients live in the exclusive cells of [`crate::protocol::exclusive`]: a slot table with
+//! Clients live in the exclusive cells of `crate::protocol::exclusive`: a slot table with
 //! `max_load = 1` whose **slot word is the truth about who owns a client**, reused lowest
 //! index first (new clients take the lowest channel with room, so low client slots sit on low
 //! channels and high ones, with their channels, go idle and are reaped). Checking out an idle
@@ -56,7 +56,7 @@
 //! anchors of idle clients form a cycle through the shared state, which that close breaks.
 //!
 //! This module owns client lifecycles; the cells and the idle word are
-//! [`crate::protocol::exclusive`]'s, capacity search and waiting the slot table's and the gate's,
+//! `crate::protocol::exclusive`'s, capacity search and waiting the slot table's and the gate's,
 //! channels [`crate::channel`]'s.
 //!
 //! [`ChannelPool`]: crate::channel::ChannelPool

@@ -97,7 +97,7 @@ const CLOSED: usize = 0b10;
 
 /// A wake-up gate between owners that free capacity and tasks that wait for it.
 ///
-/// See the [module documentation](self) for the protocol.
+/// See the module documentation for the protocol.
 pub struct Gate {
     /// `WAITING | CLOSED`. INVARIANT: `WAITING` is set exactly when `queue` is non-empty,
     /// whenever the queue's mutex is not held.

@@ -46,7 +46,7 @@ impl Limit {
     /// Creates a limiter with `capacity` permits.
     ///
     /// # Errors
-    /// [`ConfigError::Zero`] for zero, [`ConfigError::TooLarge`] above [`MAX_PERMITS`].
+    /// [`ConfigError::Zero`] for zero, [`ConfigError::TooLarge`] above `MAX_PERMITS`.
     pub fn new(capacity: usize) -> Result<Self, ConfigError> {
         if capacity == 0 {
             return Err(ConfigError::Zero("capacity"));

@@ -11,7 +11,7 @@
 //! statistics and metrics still name the caller's own key.
 //!
 //! The registry maps a caller key to a **route**: the share key, the share's quota, the key's
-//! counters ([`crate::protocol::routes`], where the protocol is told). It is two tables. The keys given
+//! counters (`crate::protocol::routes`, where the protocol is told). It is two tables. The keys given
 //! to the builder live in a table that is **fixed at build time** and never written again, so
 //! looking one up is a plain hash lookup: no lock, not even an atomic. Keys registered at run
 //! time live in a second table **published** through arc-swap. A call:
@@ -33,7 +33,7 @@
 //! The admission is `'static` yet holds **no reference count**: a share's quota stays
 //! allocated as long as any of its slots is out, because its word counts the slots out beside
 //! the waiters, and the one atomic step that leaves it with its owner gone and nothing out
-//! frees it ([`crate::protocol::quota`]). Admission and release are therefore two locked instructions,
+//! frees it (`crate::protocol::quota`). Admission and release are therefore two locked instructions,
 //! the two the slot itself costs, where an `Arc`'d permit costs four.
 //!
 //! Registering a key at run time takes a writer mutex, copies the published table, adds the
@@ -41,7 +41,7 @@
 //! new one, whole. Existing routes are shared between the copies (`Arc`), so a key keeps its one
 //! quota whichever table a caller read. A run-time alias may name a share of either table.
 //!
-//! Both tables are open-addressed arrays of one cache line per key ([`crate::protocol::routes::Table`]).
+//! Both tables are open-addressed arrays of one cache line per key (`crate::protocol::routes::Table`).
 //! A string key of at most 16 bytes (`&'static str`, `String`, `Box<str>`) is hashed from its
 //! first and last eight bytes and its length, which are also what a lookup compares: no call
 //! to `memcmp`, no hashing byte by byte. Other keys are hashed with [`KeyHasher`], a
@@ -104,8 +104,8 @@
 //! also what the benchmarks measure against R2's admission.
 //!
 //! This module owns admission, the blocking pool and the per-key counters; `builder.rs` the
-//! configuration, `error.rs` the errors. The route tables are [`crate::protocol::routes`]'s, the slots
-//! [`crate::protocol::quota`]'s, and the wait queue [`crate::protocol::gate`]'s; the loom models drive those.
+//! configuration, `error.rs` the errors. The route tables are `crate::protocol::routes`'s, the slots
+//! `crate::protocol::quota`'s, and the wait queue `crate::protocol::gate`'s; the loom models drive those.
 //!
 //! # Example
 //!
@@ -510,7 +510,7 @@ impl<K: Key> Keyed<K> {
     /// long as the work runs.
     ///
     /// The common case (a slot is free) is one lock-free lookup and one CAS; no clock is read
-    /// and no reference count is touched (the slot's permit holds none, see [`crate::protocol::quota`]).
+    /// and no reference count is touched (the slot's permit holds none, see `crate::protocol::quota`).
     ///
     /// # Errors
     /// [`KeyedError::Refused`] (no slot within `max_wait`; counted and logged),
@@ -766,7 +766,7 @@ fn check_fit<K: fmt::Debug>(
 ///
 /// `Send + 'static`: move it into the work so the slot is held exactly as long as the work
 /// runs, not as long as the caller waits. It holds no reference count on the share (the
-/// share's memory lives as long as any of its slots is out, see [`crate::protocol::quota`]); with the
+/// share's memory lives as long as any of its slots is out, see `crate::protocol::quota`); with the
 /// `metrics` feature it holds a handle on its key's in-use gauge.
 #[must_use = "dropping the admission releases the slot at once"]
 pub struct Admission {

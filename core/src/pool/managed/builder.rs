@@ -471,7 +471,7 @@ impl<M: Manager> PoolBuilder<M> {
     ///
     /// # Errors
     /// A [`ConfigError`] that names the setter: a zero `max_size` or one above
-    /// [`MAX_SIZE`], `min_idle` above `max_size`, a zero `max_lifetime`,
+    /// `MAX_SIZE`, `min_idle` above `max_size`, a zero `max_lifetime`,
     /// `connection_timeout`, `wait_timeout`,
     /// `create_timeout`, `recycle_timeout` (or field of `timeouts`), `idle_timeout` or
     /// `reap_interval`, or a back-off that is on with a zero first pause

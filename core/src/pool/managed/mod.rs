@@ -48,7 +48,7 @@
 //!
 //! # The protocol
 //!
-//! Objects live in the exclusive cells of [`crate::protocol::exclusive`] (read its module docs for the
+//! Objects live in the exclusive cells of `crate::protocol::exclusive` (read its module docs for the
 //! proofs): a slot table whose slots each hold one object, plus a live count bounded by the
 //! pool's size.
 //!
@@ -154,7 +154,7 @@
 //! guide (`docs/porting.md`) has the whole table.
 //!
 //! This module owns the objects' lifecycle; slots, the live count and waiting are
-//! [`crate::protocol::exclusive`]'s and the gate's.
+//! `crate::protocol::exclusive`'s and the gate's.
 
 mod builder;
 mod config;

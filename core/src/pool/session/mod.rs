@@ -64,7 +64,7 @@
 //!
 //! # The map: sharded, hinted, hashed once
 //!
-//! Sessions live in a [`Directory`]'s registry: a power-of-two number of shards,
+//! Sessions live in a `Directory`'s registry: a power-of-two number of shards,
 //! each a hash table behind a reader-writer lock, keyed by the session id with its hash stored
 //! beside it, with an array of hint words in front (four per session a shard holds when the
 //! pool is full). An acquire hashes the id once for all its registry calls. A hot acquire
@@ -219,7 +219,7 @@
 //! `live.rs` an installed connection and its event reader, `store.rs` the session store,
 //! `error.rs` the errors and `builder.rs` the settings. Every decision on the map (what an
 //! acquire does with what it finds, who frees a connection, what a leader may install, what a
-//! release, the reaper and `close` retire) is [`Directory`]'s, in [`crate::protocol::flight`]
+//! release, the reaper and `close` retire) is `Directory`'s, in `crate::protocol::flight`
 //! (executor-agnostic); the loom models drive that same code.
 
 use std::fmt;

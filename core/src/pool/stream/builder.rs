@@ -25,8 +25,8 @@ pub const MAX_MIN_STREAMS: usize = 1024;
 ///
 /// | setter | default | accepted |
 /// | --- | --- | --- |
-/// | `max_queue_depth` | 8 | 1 ..= [`MAX_LOAD`] (2³¹ − 1) |
-/// | `max_streams` / `unbounded` | unbounded | 1 ..= [`MAX_SLOTS`] (2²⁴) |
+/// | `max_queue_depth` | 8 | 1 ..= `MAX_LOAD` (2³¹ − 1) |
+/// | `max_streams` / `unbounded` | unbounded | 1 ..= `MAX_SLOTS` (2²⁴) |
 /// | `min_streams` | 0 | 0 ..= [`MAX_MIN_STREAMS`], and at most `max_streams` |
 /// | `idle_timeout` | 10 s | above zero |
 /// | `reap_interval` | 1 s (inside a runtime) | above zero, or `None` |
@@ -91,7 +91,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
     }
 
     /// Bounds the number of streams; acquires wait when all are full. Default: unbounded.
-    /// At most [`MAX_SLOTS`]; slots are allocated as streams open, not for the bound.
+    /// At most `MAX_SLOTS`; slots are allocated as streams open, not for the bound.
     pub fn max_streams(mut self, max: usize) -> Self {
         self.max_streams = Some(max);
         self
@@ -103,7 +103,7 @@ impl<C: StreamConnector> StreamPoolBuilder<C> {
         self
     }
 
-    /// Requests in flight per stream. Default: 8; at most [`MAX_LOAD`]. Nothing is reserved
+    /// Requests in flight per stream. Default: 8; at most `MAX_LOAD`. Nothing is reserved
     /// per stream for the depth: a stream's bookkeeping grows with the requests it carries.
     pub fn max_queue_depth(mut self, depth: usize) -> Self {
         self.max_queue_depth = depth;

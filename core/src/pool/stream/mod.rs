@@ -10,7 +10,7 @@
 //!
 //! # How
 //!
-//! Streams live in a [`SlotTable`] whose load is the stream's queue depth. Acquiring is one
+//! Streams live in a `SlotTable` whose load is the stream's queue depth. Acquiring is one
 //! bitmap load and one CAS on the lowest-index stream with room, so existing streams fill
 //! before new ones open and high-index streams drain and can be reaped. When every stream is
 //! full, the acquire claims an Empty slot (Empty → Starting, one CAS: concurrent spin-ups can
@@ -106,7 +106,7 @@
 //!
 //! [`StreamGuard`]s borrow the pool, so they cannot outlive it; [`OwnedStreamGuard`]s keep
 //! only the pool's shared state, not the pool, and with no reference count of their own: the
-//! room a guard holds keeps the state alive (see [`crate::protocol::slots`], "Units that keep their
+//! room a guard holds keeps the state alive (see `crate::protocol::slots`, "Units that keep their
 //! table alive"), and the state goes with the return of the last owned guard's room once the
 //! pool and its drivers are gone. Dropping the pool closes its table (waiters get
 //! [`AcquireError::Closed`]) and stops every driver and the reaper; no task or guard keeps a

@@ -102,7 +102,7 @@ pub use stamp::{Touch, UseStamp, TOUCH_SLACK};
 
 use hint::{Hints, Taken, Withdrawn};
 
-/// How a [`Registry`] hashes its keys: the choice between speed and resistance to keys chosen
+/// How a `Registry` hashes its keys: the choice between speed and resistance to keys chosen
 /// by an adversary.
 ///
 /// Both are seeded randomly per registry (per pool), so the same key hashes differently in two
