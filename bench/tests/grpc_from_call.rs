@@ -247,7 +247,7 @@ fn reflection_stack(
 /// `valid_host`): even `kind`s list the services, odd ones ask for the file defining one, so
 /// a response that reached the wrong caller differs in kind as well as in tag.
 fn ask(tag: String, kind: u32) -> ServerReflectionRequest {
-    let message_request = if kind % 2 == 0 {
+    let message_request = if kind.is_multiple_of(2) {
         MessageRequest::ListServices(String::new())
     } else {
         MessageRequest::FileContainingSymbol(REFLECTION.to_string())

@@ -455,7 +455,10 @@ impl Slowdown {
     /// Whether this operation is one of the slow ones.
     fn this_one(&self) -> bool {
         self.on.load(Ordering::Relaxed)
-            && self.turn.fetch_add(1, Ordering::Relaxed) % SLOW_EVERY == 0
+            && self
+                .turn
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(SLOW_EVERY)
     }
 }
 

@@ -126,7 +126,7 @@ impl Knobs {
     /// The delay of the `seen`-th request: the latency, plus the slow delay for every n-th.
     fn delay(&self, seen: u64) -> Duration {
         let every = self.slow_every.load(Ordering::Relaxed);
-        if every > 0 && seen % every == 0 {
+        if every > 0 && seen.is_multiple_of(every) {
             self.latency() + Duration::from_nanos(self.slow_nanos.load(Ordering::Relaxed))
         } else {
             self.latency()
@@ -724,7 +724,7 @@ impl StreamTask {
         let internal_every = knobs.internal_every.load(Ordering::Relaxed);
         let failure = if request.block >= knobs.missing_from_block.load(Ordering::Relaxed) {
             Some((StatusCode::NotFound, "no such block"))
-        } else if internal_every > 0 && seen % internal_every == 0 {
+        } else if internal_every > 0 && seen.is_multiple_of(internal_every) {
             Some((StatusCode::Internal, "injected internal error"))
         } else {
             None

@@ -35,7 +35,7 @@ impl Panics {
             .next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
-        next || (every > 0 && call % every == 0)
+        next || (every > 0 && call.is_multiple_of(every))
     }
 }
 

@@ -101,7 +101,9 @@ impl Counts {
         }
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
         // A fixed mix of the call number: reproducible, and spread over every place.
-        call.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29) % one_in == 0
+        call.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29)
+            .is_multiple_of(one_in)
     }
 
     pub fn panics(&self) -> u64 {
