@@ -26,7 +26,7 @@ use slotpool_bench::cases::{
     client, e2e, keyed, managed, postgres, scaling, session, stream, stream_depth1,
 };
 use slotpool_bench::faults;
-use slotpool_bench::report::{self, run_cases, Case, Record, Settings};
+use slotpool_bench::report::{self, publish, run_cases, Case, Record, Settings};
 
 const USAGE: &str = "\
 usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PREFIX]
@@ -43,6 +43,11 @@ usage: slotpool-bench [--quick | --smoke] [--json PATH] [--svg PATH] [--only PRE
   --workers LIST  worker counts for --scaling, comma-separated (default 1,2,4,8,16)
   --faults        run the fault scenarios instead (faults/postgres-*, then faults/tonic-*;
                   about two and a half minutes; default JSON faults.json)
+  --record        after a full run of every case, publish it: bench/results/results.json
+                  (with the commit measured) and the figures generated from it in README.md,
+                  docs/benchmarks.md and docs/images/ratios.svg
+  --render        regenerate those figures from bench/results/results.json (no run)
+  --check-rendered  fail if those figures are not what bench/results/results.json says (CI)
   -h, --help      this message";
 
 struct Args {
@@ -53,6 +58,8 @@ struct Args {
     only: Option<String>,
     scaling: Option<Vec<usize>>,
     faults: bool,
+    /// `--record`, `--render` or `--check-rendered`.
+    publish: Option<&'static str>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
@@ -64,6 +71,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         only: None,
         scaling: None,
         faults: false,
+        publish: None,
     };
     let mut json_given = false;
     let mut repeats: Option<usize> = None;
@@ -83,6 +91,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             },
             "--scaling" => parsed.scaling = Some(scaling::WORKERS.to_vec()),
             "--faults" => parsed.faults = true,
+            "--record" => parsed.publish = Some("record"),
+            "--render" => parsed.publish = Some("render"),
+            "--check-rendered" => parsed.publish = Some("check"),
             "--workers" => workers = Some(worker_list(&value("--workers")?)?),
             "--svg" => parsed.svg = PathBuf::from(value("--svg")?),
             "--only" => parsed.only = Some(value("--only")?),
@@ -99,6 +110,14 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
         (Some(list), Some(w)) => *list = w,
         (None, Some(_)) => return Err("--workers needs --scaling".into()),
         _ => {}
+    }
+    if parsed.publish == Some("record")
+        && (parsed.mode != "full"
+            || parsed.only.is_some()
+            || parsed.scaling.is_some()
+            || parsed.faults)
+    {
+        return Err("--record publishes a full run of every case: no --quick, --smoke, --only, --scaling or --faults".into());
     }
     if parsed.scaling.is_some() && parsed.faults {
         return Err("--scaling and --faults are separate runs".into());
@@ -204,6 +223,11 @@ fn main() -> ExitCode {
     };
     let only = args.only.as_deref();
     let wanted = |case: &str| only.is_none_or(|p| case.starts_with(p));
+    match args.publish {
+        Some("render") => return render(None),
+        Some("check") => return check_rendered(),
+        _ => {}
+    }
     if args.faults {
         return run_faults(&args, wanted);
     }
@@ -306,5 +330,102 @@ fn main() -> ExitCode {
         args.json.display(),
         args.svg.display()
     );
+    if args.publish == Some("record") {
+        let root = publish::root();
+        let published = publish::Published {
+            commit: publish::commit(&root),
+            date: today(),
+            machine: machine(),
+            mode: args.mode.to_string(),
+            records,
+        };
+        return render(Some(published));
+    }
     ExitCode::SUCCESS
+}
+
+/// `--record` (with the run to publish) and `--render`: writes the published run, if given,
+/// and every figure generated from it.
+fn render(record: Option<publish::Published>) -> ExitCode {
+    let root = publish::root();
+    let published = match record {
+        Some(published) => {
+            if let Err(error) = publish::write(&root, &published) {
+                eprintln!("slotpool-bench: cannot write {}: {error}", publish::RESULTS);
+                return ExitCode::FAILURE;
+            }
+            println!(
+                "published: {} (commit {})",
+                publish::RESULTS,
+                published.commit
+            );
+            published
+        }
+        None => match publish::read(&root) {
+            Ok(published) => published,
+            Err(error) => {
+                eprintln!("slotpool-bench: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let files = match publish::rendered(&root, &published) {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("slotpool-bench: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for (path, text) in files {
+        if let Err(error) = std::fs::write(&path, text) {
+            eprintln!("slotpool-bench: cannot write {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("rendered: {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--check-rendered`: whether every generated figure is what the published run says.
+fn check_rendered() -> ExitCode {
+    let root = publish::root();
+    let outcome = publish::read(&root).and_then(|published| publish::rendered(&root, &published));
+    let files = match outcome {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("slotpool-bench: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stale: Vec<_> = files
+        .iter()
+        .filter(|(path, text)| std::fs::read_to_string(path).ok().as_deref() != Some(text))
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    if stale.is_empty() {
+        println!("the published figures agree with {}", publish::RESULTS);
+        return ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "slotpool-bench: not what {} says: {} (run `cargo run -p slotpool-bench -- --render`)",
+        publish::RESULTS,
+        stale.join(", ")
+    );
+    ExitCode::FAILURE
+}
+
+/// Today's date (UTC), from the system's `date`.
+fn today() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown date".into())
+}
+
+/// The machine, in words: its core count.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    format!("{cores}-core machine")
 }

@@ -15,15 +15,17 @@
 //! | `table.rs` | the plain-text tables |
 //! | `json.rs` | the JSON file |
 //! | `chart.rs` | the SVG chart |
+//! | `publish.rs` | the published run (`bench/results/results.json`) and the README's and docs' figures generated from it |
 //!
 //! Nothing here knows a pool: the cases (`crate::cases`) hand the harness closures.
 
 mod chart;
 mod harness;
 mod json;
+pub mod publish;
 mod table;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use chart::ratios_svg;
 pub use harness::{
@@ -33,7 +35,7 @@ pub use json::write_json;
 pub use table::{scaling_summary, summary, table};
 
 /// One implementation's result for one case.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     /// Case name, e.g. `stream/uncontended`.
     pub case: String,
