@@ -1899,31 +1899,39 @@ impl<T> Drop for Held<'_, T> {
     }
 }
 
-/// Future of [`ExclusiveSlots::checkout`]. `!Unpin`: its place in the queue lives inside it.
-#[must_use = "futures do nothing unless polled"]
-pub struct CheckoutWait<'a, T> {
-    slots: &'a ExclusiveSlots<T>,
-    /// Structurally pinned: never moved out of the future. It leaves the queue (passing an
-    /// unused wake-up on) when it drops.
-    wait: WaitState<'a>,
-    /// The caller has just tried ([`ExclusiveSlots::checkout_after_try`]): the first poll
-    /// skips its try before queueing. Cleared by that poll.
-    tried: bool,
+pin_project_lite::pin_project! {
+    /// Future of [`ExclusiveSlots::checkout`]. `!Unpin`: its place in the queue lives inside it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct CheckoutWait<'a, T> {
+        slots: &'a ExclusiveSlots<T>,
+        // Structurally pinned: never moved out of the future. It leaves the queue (passing
+        // an unused wake-up on) when it drops.
+        #[pin]
+        wait: WaitState<'a>,
+        // The caller has just tried (`ExclusiveSlots::checkout_after_try`): the first poll
+        // skips its try before queueing. Cleared by that poll.
+        tried: bool,
+    }
+
+    impl<'a, T> PinnedDrop for CheckoutWait<'a, T> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // Leaves the queue; a slot handed to us and not taken goes to the next waiter.
+            this.slots.table.cancel_reserve(this.wait);
+        }
+    }
 }
 
 impl<T> Future for CheckoutWait<'_, T> {
     type Output = Result<Checkout<T>, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `wait` is structurally pinned (re-pinned at once, never moved out).
-        let this = unsafe { self.get_unchecked_mut() };
-        let slots = this.slots;
+        let mut this = self.project();
+        let slots = *this.slots;
         // Only the first poll's first try is skipped: the one after queueing always runs.
-        let mut skip = std::mem::take(&mut this.tried);
+        let mut skip = std::mem::take(this.tried);
         loop {
-            // SAFETY: structural pinning of `wait`, as above.
-            let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
-            let polled = wait.poll_until_handoff(
+            let polled = this.wait.as_mut().poll_until_handoff(
                 slots.table.gate(),
                 cx,
                 || {
@@ -1946,15 +1954,6 @@ impl<T> Future for CheckoutWait<'_, T> {
                 Poll::Pending => Poll::Pending,
             };
         }
-    }
-}
-
-impl<T> Drop for CheckoutWait<'_, T> {
-    fn drop(&mut self) {
-        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
-        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
-        // Leaves the queue; a slot handed to us and not taken goes to the next waiter.
-        self.slots.table.cancel_reserve(wait);
     }
 }
 

@@ -290,34 +290,33 @@ impl fmt::Debug for OwnedPermit {
     }
 }
 
-/// Future of [`Limit::acquire`]. `!Unpin`: its place in the queue lives inside it.
-#[must_use = "futures do nothing unless polled"]
-pub struct Acquire<'a> {
-    limit: &'a Limit,
-    /// Structurally pinned: never moved out of the future.
-    wait: WaitState<'a>,
+pin_project_lite::pin_project! {
+    /// Future of [`Limit::acquire`]. `!Unpin`: its place in the queue lives inside it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Acquire<'a> {
+        limit: &'a Limit,
+        // Structurally pinned: never moved out of the future.
+        #[pin]
+        wait: WaitState<'a>,
+    }
+
+    impl<'a> PinnedDrop for Acquire<'a> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if this.wait.cancel_handoff().is_some() {
+                this.limit.release();
+            }
+        }
+    }
 }
 
 impl<'a> Future for Acquire<'a> {
     type Output = Result<Permit<'a>, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `wait` is structurally pinned (re-pinned at once, never moved out).
-        let this = unsafe { self.get_unchecked_mut() };
-        let limit = this.limit;
-        // SAFETY: as above.
-        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
-        limit.poll_wait(wait, cx).map_ok(|()| Permit { limit })
-    }
-}
-
-impl Drop for Acquire<'_> {
-    fn drop(&mut self) {
-        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
-        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
-        if wait.cancel_handoff().is_some() {
-            self.limit.release();
-        }
+        let this = self.project();
+        let limit: &'a Limit = this.limit;
+        limit.poll_wait(this.wait, cx).map_ok(|()| Permit { limit })
     }
 }
 
@@ -327,52 +326,51 @@ impl fmt::Debug for Acquire<'_> {
     }
 }
 
-/// Future of [`Limit::acquire_owned`]. `!Unpin`: its place in the queue lives inside it.
-#[must_use = "futures do nothing unless polled"]
-pub struct AcquireOwned {
-    /// Structurally pinned: never moved out of the future. Its gate borrow is stretched to
-    /// `'static` (see `poll`); declared before `limit` so that it drops first.
-    wait: WaitState<'static>,
-    /// `None` once resolved. INVARIANT: `Some` whenever `wait` is queued.
-    limit: Option<Arc<Limit>>,
+pin_project_lite::pin_project! {
+    /// Future of [`Limit::acquire_owned`]. `!Unpin`: its place in the queue lives inside it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct AcquireOwned {
+        // Structurally pinned: never moved out of the future. Its gate borrow is stretched to
+        // `'static` (see `poll`); declared before `limit` so that it drops first.
+        #[pin]
+        wait: WaitState<'static>,
+        // `None` once resolved. INVARIANT: `Some` whenever `wait` is queued.
+        limit: Option<Arc<Limit>>,
+    }
+
+    impl PinnedDrop for AcquireOwned {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if this.wait.cancel_handoff().is_some() {
+                if let Some(limit) = this.limit.as_ref() {
+                    limit.release();
+                }
+            }
+        }
+    }
 }
 
 impl Future for AcquireOwned {
     type Output = Result<OwnedPermit, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `wait` is structurally pinned (re-pinned below, never moved out).
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.project();
         let Some(limit) = this.limit.as_ref() else {
             panic!("AcquireOwned polled after completion");
         };
         // SAFETY: the limit lives in the `Arc` this future holds, and the wait holds the
         // borrow only while queued: the `Arc` is taken out only once the wait has resolved
-        // (and so left the queue), `Drop` leaves the queue before the `Arc` goes, and the
+        // (and so left the queue), the drop leaves the queue before the `Arc` goes, and the
         // field order drops `wait` before `limit` should that unwind. So the borrow never
         // outlives the limit, though its type says `'static`.
         let stretched: &'static Limit = unsafe { &*Arc::as_ptr(limit) };
-        // SAFETY: structural pinning of `wait`, as above.
-        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
-        match stretched.poll_wait(wait, cx) {
+        match stretched.poll_wait(this.wait, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => {
                 let limit = this.limit.take();
                 Poll::Ready(result.map(|()| OwnedPermit {
                     limit: limit.unwrap_or_else(|| unreachable!("checked above")),
                 }))
-            }
-        }
-    }
-}
-
-impl Drop for AcquireOwned {
-    fn drop(&mut self) {
-        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
-        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
-        if wait.cancel_handoff().is_some() {
-            if let Some(limit) = &self.limit {
-                limit.release();
             }
         }
     }

@@ -540,25 +540,37 @@ impl fmt::Debug for QuotaPermit {
     }
 }
 
-/// Future of [`Quota::acquire`]. `!Unpin`: its place in the gate's queue lives inside it.
-#[must_use = "futures do nothing unless polled"]
-pub struct QuotaWait<'a> {
-    quota: &'a Quota,
-    /// Structurally pinned: never moved out of the future.
-    wait: WaitState<'a>,
-    /// Whether this future is counted in the quota's `waiters`.
-    counted: bool,
+pin_project_lite::pin_project! {
+    /// Future of [`Quota::acquire`]. `!Unpin`: its place in the gate's queue lives inside it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct QuotaWait<'a> {
+        quota: &'a Quota,
+        // Structurally pinned: never moved out of the future.
+        #[pin]
+        wait: WaitState<'a>,
+        // Whether this future is counted in the quota's `waiters`.
+        counted: bool,
+    }
+
+    impl<'a> PinnedDrop for QuotaWait<'a> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if this.wait.cancel_handoff().is_some() {
+                // SAFETY: a permit was handed to this waiter and not used: give it back.
+                unsafe { Quota::release(NonNull::from(*this.quota)) };
+            }
+            uncount(this.quota, this.counted);
+        }
+    }
 }
 
 impl Future for QuotaWait<'_> {
     type Output = Result<QuotaPermit, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `wait` is structurally pinned (re-pinned below, never moved out); the other
-        // fields are plain data.
-        let this = unsafe { self.get_unchecked_mut() };
-        let quota = this.quota;
-        if !this.counted {
+        let this = self.project();
+        let quota = *this.quota;
+        if !*this.counted {
             match quota.try_acquire() {
                 Ok(permit) => return Poll::Ready(Ok(permit)),
                 Err(TryAcquireError::Closed) => return Poll::Ready(Err(Closed)),
@@ -571,11 +583,9 @@ impl Future for QuotaWait<'_> {
                 Word(before).waiters() < WAITERS_MASK >> WAITER_SHIFT,
                 "too many waiters on one quota"
             );
-            this.counted = true;
+            *this.counted = true;
         }
-        // SAFETY: structural pinning of `wait`, as above.
-        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
-        let polled = wait.poll_until_handoff(
+        let polled = this.wait.poll_until_handoff(
             &quota.gate,
             cx,
             || quota.take_for_waiter(),
@@ -586,31 +596,18 @@ impl Future for QuotaWait<'_> {
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => {
-                this.uncount();
+                uncount(quota, this.counted);
                 Poll::Ready(result.map(|()| quota.permit()))
             }
         }
     }
 }
 
-impl QuotaWait<'_> {
-    fn uncount(&mut self) {
-        if std::mem::take(&mut self.counted) {
-            // The quota is borrowed, so its owner is live: this can never leave it done.
-            self.quota.word.fetch_sub(WAITER_ONE, Ordering::AcqRel);
-        }
-    }
-}
-
-impl Drop for QuotaWait<'_> {
-    fn drop(&mut self) {
-        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
-        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
-        if wait.cancel_handoff().is_some() {
-            // SAFETY: a permit was handed to this waiter and not used: give it back.
-            unsafe { Quota::release(NonNull::from(self.quota)) };
-        }
-        self.uncount();
+/// Takes a waiter out of `quota`'s count of waiters, if it is `counted` there.
+fn uncount(quota: &Quota, counted: &mut bool) {
+    if std::mem::take(counted) {
+        // The quota is borrowed, so its owner is live: this can never leave it done.
+        quota.word.fetch_sub(WAITER_ONE, Ordering::AcqRel);
     }
 }
 

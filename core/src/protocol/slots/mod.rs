@@ -1402,31 +1402,30 @@ impl<T> fmt::Debug for SlotTable<T> {
     }
 }
 
-/// Future of [`SlotTable::reserve`]. `!Unpin`: its place in the queue lives inside it.
-#[must_use = "futures do nothing unless polled"]
-pub struct Reserve<'a, T> {
-    table: &'a SlotTable<T>,
-    /// Structurally pinned: never moved out of the future.
-    wait: WaitState<'a>,
+pin_project_lite::pin_project! {
+    /// Future of [`SlotTable::reserve`]. `!Unpin`: its place in the queue lives inside it.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Reserve<'a, T> {
+        table: &'a SlotTable<T>,
+        // Structurally pinned: never moved out of the future.
+        #[pin]
+        wait: WaitState<'a>,
+    }
+
+    impl<'a, T> PinnedDrop for Reserve<'a, T> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            this.table.cancel_reserve(this.wait);
+        }
+    }
 }
 
 impl<T: Default> Future for Reserve<'_, T> {
     type Output = Result<Reservation, Closed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `wait` is structurally pinned (re-pinned at once, never moved out).
-        let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: as above.
-        let wait = unsafe { Pin::new_unchecked(&mut this.wait) };
-        this.table.poll_reserve(wait, cx)
-    }
-}
-
-impl<T> Drop for Reserve<'_, T> {
-    fn drop(&mut self) {
-        // SAFETY: a pinned future is dropped in place; `wait` has not moved.
-        let wait = unsafe { Pin::new_unchecked(&mut self.wait) };
-        self.table.cancel_reserve(wait);
+        let this = self.project();
+        this.table.poll_reserve(this.wait, cx)
     }
 }
 
