@@ -86,21 +86,27 @@ pub(super) fn within<F: Future>(after: Option<std::time::Duration>, future: F) -
     Within {
         future,
         unarmed: after,
-        deadline: None,
+        armed: None,
+        sleep: None,
     }
 }
 
-/// [`within`]'s future: written out rather than an `async fn` over `tokio::select!`, which
-/// held `future` three times (800 bytes for a 256-byte future and a 112-byte timer): the
-/// `get`'s wait came to 544 bytes, every one of them copied when the future moved.
-pub(super) struct Within<F> {
-    /// Structurally pinned (polled in place, dropped with `self`).
-    future: F,
-    /// The deadline until the first poll arms it (it runs from there).
-    unarmed: Option<std::time::Duration>,
-    /// The timer and its deadline, once armed, if the runtime has a timer. The timer is
-    /// structurally pinned.
-    deadline: Option<(tokio::time::Sleep, std::time::Duration)>,
+pin_project_lite::pin_project! {
+    /// [`within`]'s future: written out rather than an `async fn` over `tokio::select!`,
+    /// which held `future` three times (800 bytes for a 256-byte future and a 112-byte
+    /// timer): the `get`'s wait came to 544 bytes, every one of them copied when the future
+    /// moved.
+    pub(super) struct Within<F> {
+        // Polled in place, dropped with `self`.
+        #[pin]
+        future: F,
+        // The deadline until the first poll arms it (it runs from there).
+        unarmed: Option<std::time::Duration>,
+        // The deadline once armed, if the runtime has a timer; its timer beside it.
+        armed: Option<std::time::Duration>,
+        #[pin]
+        sleep: Option<tokio::time::Sleep>,
+    }
 }
 
 impl<F: Future> Future for Within<F> {
@@ -108,21 +114,21 @@ impl<F: Future> Future for Within<F> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `future` and the timer are polled through pinned references and never
-        // moved out; `deadline` is written only while `None` (nothing pinned is moved).
-        let this = unsafe { self.get_unchecked_mut() };
+        let mut this = self.project();
         if let Some(after) = this.unarmed.take() {
-            this.deadline = timer(after).map(|sleep| (sleep, after));
+            if let Some(sleep) = timer(after) {
+                // Armed once, while `sleep` is `None`: nothing pinned is dropped or moved.
+                this.sleep.set(Some(sleep));
+                *this.armed = Some(after);
+            }
         }
         // The future first: a deadline and an output in the same poll give the output.
-        // SAFETY: as above.
-        if let Poll::Ready(output) = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx) {
+        if let Poll::Ready(output) = this.future.poll(cx) {
             return Poll::Ready(Ok(output));
         }
-        if let Some((sleep, after)) = this.deadline.as_mut() {
-            // SAFETY: as above.
-            if unsafe { Pin::new_unchecked(sleep) }.poll(cx).is_ready() {
-                return Poll::Ready(Err(*after));
+        if let (Some(sleep), Some(after)) = (this.sleep.as_mut().as_pin_mut(), *this.armed) {
+            if sleep.poll(cx).is_ready() {
+                return Poll::Ready(Err(after));
             }
         }
         Poll::Pending
