@@ -496,28 +496,23 @@ impl fmt::Debug for Gate {
     }
 }
 
-/// A task's place in a [`Gate`]'s queue, borrowing the gate. Create one per wait with
-/// [`Gate::waiter`], pin it, poll it with [`Waiter::poll_until`], and let it drop (or
-/// [`cancel`](Waiter::cancel) it) when done.
-///
-/// Dropping a waiter at any point is safe: a queued waiter leaves the queue, and one that was
-/// notified but had not used the notification passes it on.
-#[derive(Debug)]
-pub struct Waiter<'g> {
-    gate: &'g Gate,
-    state: WaitState<'g>,
+pin_project_lite::pin_project! {
+    /// A task's place in a [`Gate`]'s queue, borrowing the gate. Create one per wait with
+    /// [`Gate::waiter`], pin it, poll it with [`Waiter::poll_until`], and let it drop (or
+    /// [`cancel`](Waiter::cancel) it) when done.
+    ///
+    /// Dropping a waiter at any point is safe: a queued waiter leaves the queue, and one that was
+    /// notified but had not used the notification passes it on.
+    #[derive(Debug)]
+    pub struct Waiter<'g> {
+        gate: &'g Gate,
+        // Structurally pinned (never moved out; `Waiter` is `!Unpin` because it is).
+        #[pin]
+        state: WaitState<'g>,
+    }
 }
 
 impl<'g> Waiter<'g> {
-    /// `self.state`, pinned: the state is structurally pinned in the waiter (never moved out,
-    /// and `Waiter` is `!Unpin` because the state is).
-    fn project(self: Pin<&mut Self>) -> (&'g Gate, Pin<&mut WaitState<'g>>) {
-        // SAFETY: nothing is moved out of the waiter; the state is re-pinned at once.
-        let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: structural pinning of `state`, as above.
-        (this.gate, unsafe { Pin::new_unchecked(&mut this.state) })
-    }
-
     /// Tries `attempt`; on failure queues (registering `cx`'s waker) until a notification,
     /// then tries again on the next poll. Resolves with the first `Some` that `attempt`
     /// returns, or with [`Closed`] once the gate is closed.
@@ -530,14 +525,14 @@ impl<'g> Waiter<'g> {
         cx: &mut Context<'_>,
         attempt: impl FnMut() -> Option<T>,
     ) -> Poll<Result<T, Closed>> {
-        let (gate, state) = self.project();
-        state.poll_until(gate, cx, attempt)
+        let this = self.project();
+        this.state.poll_until(this.gate, cx, attempt)
     }
 
     /// Leaves the queue. If a notification had been delivered to this waiter and not used, it
     /// is passed to the next waiter. Idempotent; dropping the waiter does the same.
     pub fn cancel(self: Pin<&mut Self>) {
-        self.project().1.cancel();
+        self.project().state.cancel();
     }
 
     /// Whether this waiter is queued (or notified and not yet polled).
