@@ -164,3 +164,64 @@ fn the_postgres_manager_and_its_client() {
     shareable::<PgError>();
     let _ = |pool: &Pool| spawnable(pool.get());
 }
+
+/// Every pool has the same way out: `close` (idempotent) and `is_closed`, and a closed pool
+/// refuses what it hands out with its `Closed` error.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn every_pool_closes_and_says_so() {
+    let managed = slotpool::managed::Pool::builder(Scripted::new())
+        .reap_interval(None)
+        .build()
+        .unwrap();
+    let (script, _servers) = common::stream::Script::echo();
+    let stream = script.pool(4, 2);
+    let (time, channels, _, _) = common::channel::steered_channel_pool(2);
+    let clients = {
+        use common::ReapByHand;
+        ClientPool::builder(Arc::clone(&channels), Factory::steered().0)
+            .reaped_by_hand(&time)
+            .build()
+            .unwrap()
+    };
+    let keyed = Keyed::<&'static str>::builder()
+        .family("k")
+        .build()
+        .unwrap();
+    let (sessions, _, _) = common::session::pool(2);
+    assert!(!managed.is_closed() && !stream.is_closed() && !channels.is_closed());
+    assert!(!clients.is_closed() && !keyed.is_closed() && !sessions.is_closed());
+    for _ in 0..2 {
+        managed.close();
+        stream.close();
+        clients.close();
+        channels.close();
+        keyed.close();
+        sessions.close();
+    }
+    assert!(managed.is_closed() && stream.is_closed() && channels.is_closed());
+    assert!(clients.is_closed() && keyed.is_closed() && sessions.is_closed());
+    assert!(matches!(
+        managed.get().await,
+        Err(slotpool::managed::PoolError::Closed)
+    ));
+    assert!(matches!(
+        stream.acquire().await,
+        Err(slotpool::AcquireError::Closed)
+    ));
+    assert!(matches!(
+        clients.acquire().await,
+        Err(slotpool::client::ClientError::Closed)
+    ));
+    assert!(matches!(
+        channels.get(),
+        Err(slotpool::channel::ChannelError::Closed)
+    ));
+    assert!(matches!(
+        keyed.read(&"k", Duration::ZERO, || ()).await,
+        Err(slotpool::keyed::KeyedError::Closed { .. })
+    ));
+    assert!(matches!(
+        sessions.acquire("s", &SessionContext::new("w", "u")).await,
+        Err(slotpool::session::SessionError::Closed)
+    ));
+}

@@ -786,7 +786,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
     }
 
     /// Whether [`SessionPool::close`] was called.
-    pub fn is_stopped(&self) -> bool {
+    pub fn is_closed(&self) -> bool {
         self.shared.directory.is_closed()
     }
 
@@ -824,7 +824,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
         let shared = &self.shared;
         let mut opened = 0;
         while shared.idle.lock().len() < shared.prewarm {
-            if self.is_stopped() {
+            if self.is_closed() {
                 return Err(SessionError::Closed);
             }
             bump(&shared.counters.connects);
@@ -840,7 +840,7 @@ impl<C: Connector, S: SessionStore> SessionPool<C, S> {
             })?;
             opened += 1;
             let mut idle = shared.idle.lock();
-            if self.is_stopped() || idle.len() >= shared.prewarm {
+            if self.is_closed() || idle.len() >= shared.prewarm {
                 drop(idle);
                 shared.close(&conn);
             } else {
@@ -886,7 +886,7 @@ impl<C: Connector, S: SessionStore> fmt::Debug for SessionPool<C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionPool")
             .field("stats", &self.stats())
-            .field("stopped", &self.is_stopped())
+            .field("stopped", &self.is_closed())
             .finish()
     }
 }
