@@ -1349,13 +1349,13 @@ async fn record_history(seed: u64, tasks: usize, ops: usize, resizes: bool) -> L
 /// reaps, each: every recorded history is linearizable with respect to the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_pool_histories_are_linearizable() {
-    check_runs(150, false).await;
+    check_runs(lin::runs(150), false).await;
 }
 
 /// The same with a chaos task that resizes the pool (between 2 and 4) as well as reaping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_pool_histories_with_resizes_are_linearizable() {
-    check_runs(150, true).await;
+    check_runs(lin::runs(150), true).await;
 }
 
 async fn check_runs(runs: u64, resizes: bool) {
