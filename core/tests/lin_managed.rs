@@ -126,9 +126,10 @@ use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slotpool::managed::{Manager, Meta, Object, Pool, PoolError, RecycleError, RecycleResult};
@@ -1002,7 +1003,7 @@ impl Manager for Conns {
             .try_with(Cell::get)
             .expect("recycled inside a recorded get");
         let done = self.recorder.stamp();
-        self.log.lock().expect("log").push(Event {
+        self.log.lock().push(Event {
             thread,
             op: Op::Rejected {
                 slot: conn.slot,
@@ -1015,15 +1016,12 @@ impl Manager for Conns {
         });
         self.others_move(1).await;
         let after = self.recorder.stamp();
-        self.rejected
-            .lock()
-            .expect("rejected")
-            .insert(conn.id, (thread, after));
+        self.rejected.lock().insert(conn.id, (thread, after));
         Err(RecycleError::message("poisoned"))
     }
 
     fn detach(&self, conn: &mut Conn) {
-        let Some((thread, call)) = self.rejected.lock().expect("rejected").remove(&conn.id) else {
+        let Some((thread, call)) = self.rejected.lock().remove(&conn.id) else {
             return;
         };
         let done = self.recorder.stamp();
@@ -1042,14 +1040,11 @@ impl Manager for Conns {
             op: Op::Discarded { slot, id },
             ..vacate.clone()
         };
-        self.log.lock().expect("log").push(vacate);
+        self.log.lock().push(vacate);
         let (_, _, get) = GETTING
             .try_with(Cell::get)
             .expect("detached inside a recorded get");
-        self.discarding
-            .lock()
-            .expect("discarding")
-            .push((get, discarded));
+        self.discarding.lock().push((get, discarded));
     }
 }
 
@@ -1113,19 +1108,16 @@ impl Run {
         };
         let done = self.recorder.stamp();
         // The discards of objects this `get` rejected: their units went back before now.
-        self.discarding
-            .lock()
-            .expect("discarding")
-            .retain(|(by, discarded)| {
-                let mine = *by == get;
-                if mine {
-                    log.push(Event {
-                        done,
-                        ..discarded.clone()
-                    });
-                }
-                !mine
-            });
+        self.discarding.lock().retain(|(by, discarded)| {
+            let mine = *by == get;
+            if mine {
+                log.push(Event {
+                    done,
+                    ..discarded.clone()
+                });
+            }
+            !mine
+        });
         let (object, ret) = match result {
             Ok(mut object) => {
                 let slot = Object::slot(&object);
@@ -1343,7 +1335,7 @@ async fn record_history(seed: u64, tasks: usize, ops: usize, resizes: bool) -> L
     for handle in handles {
         history.extend(handle.await.expect("a task panicked"));
     }
-    history.append(&mut run.log.lock().expect("log"));
+    history.append(&mut run.log.lock());
     let status = run.pool.status();
     assert_eq!(
         (status.in_use, status.waiting, status.size),
@@ -1357,13 +1349,13 @@ async fn record_history(seed: u64, tasks: usize, ops: usize, resizes: bool) -> L
 /// reaps, each: every recorded history is linearizable with respect to the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_pool_histories_are_linearizable() {
-    check_runs(150, false).await;
+    check_runs(lin::runs(150), false).await;
 }
 
 /// The same with a chaos task that resizes the pool (between 2 and 4) as well as reaping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_pool_histories_with_resizes_are_linearizable() {
-    check_runs(150, true).await;
+    check_runs(lin::runs(150), true).await;
 }
 
 async fn check_runs(runs: u64, resizes: bool) {

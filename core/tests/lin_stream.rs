@@ -924,16 +924,16 @@ fn initial() -> Pool {
 /// each: every recorded history is linearizable with respect to the slot-table model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_pool_histories_are_linearizable() {
-    const RUNS: u64 = 60;
     const TASKS: usize = 6;
     const OPS: usize = 80;
+    let runs = lin::runs(60);
     let mut events = 0;
     let mut configurations = 0;
     let mut kills = 0;
     let mut waited = 0;
     let mut reaped = 0;
     let mut overlapping = 0;
-    for seed in 0..RUNS {
+    for seed in 0..runs {
         let history = record_history(seed, TASKS, OPS).await;
         overlapping += concurrent(&history);
         kills += history
@@ -972,7 +972,7 @@ async fn stream_pool_histories_are_linearizable() {
         }
     }
     eprintln!(
-        "{RUNS} histories, {events} events ({overlapping} concurrent with another), \
+        "{runs} histories, {events} events ({overlapping} concurrent with another), \
          {configurations} configurations searched, {kills} kills, {waited} acquires that \
          waited, {reaped} streams reaped"
     );

@@ -25,7 +25,7 @@ use slotpool::Reach;
 /// cached as unheard while this test's thread-local capture is being set up, and its events
 /// then never reach the capture.
 fn setup() {
-    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    static GLOBAL: parking_lot::Once = parking_lot::Once::new();
     quiet_injected_panics();
     GLOBAL.call_once(|| {
         let sink = tracing_subscriber::fmt()

@@ -31,6 +31,8 @@
 #   fuzz:TARGET                  replays fuzz/corpus/TARGET through the cargo-fuzz target (needs
 #                                cargo-fuzz; test:slotpool:slots_fuzz_replay replays the same
 #                                corpus without it)
+#   asan:FILE, tsan:FILE         core/tests/FILE.rs (or `lib`) under AddressSanitizer or
+#                                ThreadSanitizer, as .ci/sanitizers runs it (needs nightly)
 #
 # A check that fails because the mutated tree does not compile catches nothing: the mutant is
 # reported BROKEN. The table ends with a summary line per mutant family (the part of the name
@@ -85,6 +87,9 @@ run_check() { # $1 = check; runs in $tree; returns the command's status (124 = t
     fuzz)
       (cd "$tree/fuzz" && timeout "$limit" cargo fuzz run -s none --release "$rest" \
         "corpus/$rest" -- -runs=0) ;;
+    asan|tsan)
+      local san=address; [ "$kind" = tsan ] && san=thread
+      (cd "$tree" && timeout "$limit" .ci/sanitizers "$san" --test "$rest") ;;
     *) echo "unknown check kind: $check" >&2; return 2 ;;
   esac
 }

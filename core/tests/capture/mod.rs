@@ -5,10 +5,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use metrics::{Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata};
 use metrics::{Recorder, SharedString, Unit};
+use parking_lot::Mutex;
 
 /// A value cell that serves as both a counter and a gauge (gauge values as f64 bits).
 #[derive(Default)]
@@ -51,14 +52,7 @@ pub struct Samples(Mutex<Vec<f64>>);
 
 impl HistogramFn for Samples {
     fn record(&self, value: f64) {
-        lock(&self.0).push(value);
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match mutex.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
+        self.0.lock().push(value);
     }
 }
 
@@ -81,20 +75,21 @@ fn key_name(key: &Key) -> String {
 
 impl Capture {
     fn cell(&self, key: &Key) -> Arc<Cell> {
-        Arc::clone(lock(&self.0).entry(key_name(key)).or_default())
+        Arc::clone(self.0.lock().entry(key_name(key)).or_default())
     }
 
     /// The samples recorded so far in histogram `name` (`name{k=v,...}`); none if it was
     /// never registered.
     pub fn samples(&self, name: &str) -> Vec<f64> {
-        lock(&self.1)
+        self.1
+            .lock()
             .get(name)
-            .map_or_else(Vec::new, |samples| lock(&samples.0).clone())
+            .map_or_else(Vec::new, |samples| samples.0.lock().clone())
     }
 
     /// Every histogram registered so far, by `name{k=v,...}`.
     pub fn histograms(&self) -> Vec<String> {
-        let mut names: Vec<String> = lock(&self.1).keys().cloned().collect();
+        let mut names: Vec<String> = self.1.lock().keys().cloned().collect();
         names.sort();
         names
     }
@@ -110,11 +105,7 @@ impl Capture {
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Cell>> {
-        let map = match self.0.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        map.get(name).cloned()
+        self.0.lock().get(name).cloned()
     }
 }
 
@@ -129,6 +120,6 @@ impl Recorder for Capture {
         Gauge::from_arc(self.cell(key))
     }
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(Arc::clone(lock(&self.1).entry(key_name(key)).or_default()))
+        Histogram::from_arc(Arc::clone(self.1.lock().entry(key_name(key)).or_default()))
     }
 }

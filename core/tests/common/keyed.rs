@@ -1,10 +1,11 @@
 //! Fixtures for the `Keyed` tests: a one-slot share with an alias, and blocking closures the
 //! test holds open.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use slotpool::keyed::{Keyed, KeyedError};
+use tokio::sync::oneshot;
 
 use super::built;
 
@@ -31,18 +32,22 @@ pub async fn read_now<T: Send + 'static>(
 }
 
 /// A blocking closure that reports when it starts and then holds its slot until released.
+///
+/// Both ends are tokio's channels (the closure waits with `blocking_recv` on its blocking-pool
+/// thread): compiled with the tests, so ThreadSanitizer sees the release, which a std channel
+/// would hide from it.
 pub struct Hold {
-    pub started: tokio::sync::oneshot::Receiver<()>,
-    pub release: mpsc::Sender<()>,
+    pub started: oneshot::Receiver<()>,
+    pub release: oneshot::Sender<()>,
 }
 
 pub fn hold() -> (Hold, impl FnOnce() + Send + 'static) {
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = oneshot::channel();
+    let (release_tx, release_rx) = oneshot::channel::<()>();
     let work = move || {
         let _ = started_tx.send(());
         // Returns when released or when the test drops the sender.
-        let _ = release_rx.recv();
+        let _ = release_rx.blocking_recv();
     };
     (
         Hold {

@@ -1,8 +1,9 @@
 //! Log capture: a buffer a `tracing_subscriber::fmt` subscriber writes into.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tracing::subscriber::DefaultGuard;
 
 /// Captures every event (all levels) logged on this thread while the guard lives.
@@ -22,20 +23,13 @@ pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     pub fn text(&self) -> String {
-        let bytes = match self.0.lock() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        String::from_utf8_lossy(&bytes).into_owned()
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
 }
 
 impl io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut guard) => guard.extend_from_slice(buf),
-            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
-        }
+        self.0.lock().extend_from_slice(buf);
         Ok(buf.len())
     }
 

@@ -5,9 +5,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slotpool::managed::{Manager, Meta, Pool, PoolBuilder, RecycleError, RecycleResult};
@@ -57,7 +58,7 @@ impl Ledger {
 
     /// Connections dropped so far (each counted once; see [`Ledger::assert_no_double_drop`]).
     pub fn dropped(&self) -> u64 {
-        self.drops.lock().unwrap().len() as u64
+        self.drops.lock().len() as u64
     }
 
     /// Connections alive: made and not dropped.
@@ -66,23 +67,23 @@ impl Ledger {
     }
 
     pub fn was_dropped(&self, id: u64) -> bool {
-        self.drops.lock().unwrap().contains_key(&id)
+        self.drops.lock().contains_key(&id)
     }
 
     pub fn assert_no_double_drop(&self) {
-        let drops = self.drops.lock().unwrap();
+        let drops = self.drops.lock();
         let twice: Vec<_> = drops.iter().filter(|(_, &n)| n > 1).collect();
         assert!(twice.is_empty(), "connections dropped twice: {twice:?}");
     }
 
     /// Makes connection `id` panic when it is dropped.
     pub fn panic_on_drop(&self, id: u64) {
-        self.panic_on_drop.lock().unwrap().push(id);
+        self.panic_on_drop.lock().push(id);
     }
 
     /// Makes the manager's `detach` of connection `id` panic.
     pub fn panic_on_detach(&self, id: u64) {
-        self.panic_on_detach.lock().unwrap().push(id);
+        self.panic_on_detach.lock().push(id);
     }
 }
 
@@ -95,14 +96,8 @@ pub struct Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        *self
-            .ledger
-            .drops
-            .lock()
-            .unwrap()
-            .entry(self.id)
-            .or_default() += 1;
-        if self.ledger.panic_on_drop.lock().unwrap().contains(&self.id) {
+        *self.ledger.drops.lock().entry(self.id).or_default() += 1;
+        if self.ledger.panic_on_drop.lock().contains(&self.id) {
             panic!("connection {} panics when dropped", self.id);
         }
     }
@@ -136,30 +131,30 @@ pub struct Script {
 
 impl Script {
     pub fn creates(&self, acts: &[Act]) {
-        self.creates.lock().unwrap().extend(acts);
+        self.creates.lock().extend(acts);
     }
 
     pub fn recycles(&self, acts: &[Act]) {
-        self.recycles.lock().unwrap().extend(acts);
+        self.recycles.lock().extend(acts);
     }
 
     /// What `has_broken` says of the next objects to come back: `Reject` broken, `Panic`
     /// panics, anything else not broken.
     pub fn returns(&self, acts: &[Act]) {
-        self.returns.lock().unwrap().extend(acts);
+        self.returns.lock().extend(acts);
     }
 
     /// Acts at random from now on: mostly `Ok`, sometimes `Fail`, `Reject`, `Panic`, or a
     /// short wait (a few yields).
     pub fn random(&self, seed: u64) {
-        *self.random.lock().unwrap() = Some(SmallRng::seed_from_u64(seed));
+        *self.random.lock() = Some(SmallRng::seed_from_u64(seed));
     }
 
     fn next(&self, queue: &Mutex<VecDeque<Act>>) -> (Act, u32) {
-        if let Some(act) = queue.lock().unwrap().pop_front() {
+        if let Some(act) = queue.lock().pop_front() {
             return (act, 0);
         }
-        let mut random = self.random.lock().unwrap();
+        let mut random = self.random.lock();
         let Some(rng) = random.as_mut() else {
             return (Act::Ok, 0);
         };
@@ -247,7 +242,7 @@ impl Manager for Scripted {
     }
 
     fn has_broken(&self, _: &mut Conn) -> bool {
-        let act = self.script.returns.lock().unwrap().pop_front();
+        let act = self.script.returns.lock().pop_front();
         match act {
             Some(Act::Reject) => true,
             Some(Act::Panic) => panic!("has_broken panics"),
@@ -257,13 +252,7 @@ impl Manager for Scripted {
 
     fn detach(&self, conn: &mut Conn) {
         self.ledger.detaches.fetch_add(1, Ordering::SeqCst);
-        if self
-            .ledger
-            .panic_on_detach
-            .lock()
-            .unwrap()
-            .contains(&conn.id)
-        {
+        if self.ledger.panic_on_detach.lock().contains(&conn.id) {
             panic!("detach of connection {} panics", conn.id);
         }
     }

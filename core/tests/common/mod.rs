@@ -2,6 +2,10 @@
 //! plumbing, a mock clock, and typed build errors. The per-pool fakes and fixtures live in the
 //! submodules. Each `tests/*.rs` file is its own crate and uses only part of this module, hence
 //! the `dead_code` allowance.
+//!
+//! What the fixtures share between threads sits behind parking_lot's locks or passes through
+//! tokio's channels, never std's: those are compiled with the tests, so ThreadSanitizer sees the
+//! hand-overs they make (`.ci/sanitizers`; std is not built with the sanitizer).
 #![allow(dead_code)]
 
 pub mod channel;
@@ -15,35 +19,39 @@ pub mod stream;
 /// Holds user code (a connection's close, a destructor, a `detach`) on its own thread until
 /// the test lets it go, counting the calls that reached it: how the bound tests keep a
 /// resource closing while they ask the pool for another.
+///
+/// parking_lot's mutex and condition variable rather than std's: they are compiled with the
+/// tests, so ThreadSanitizer sees the hand-over they make (std's are not instrumented, and a
+/// wait on them reads as a race on everything the held code touched; see `.ci/sanitizers`).
 #[derive(Debug, Default)]
 pub struct Hold {
     /// Calls that reached the hold, and whether it is open.
-    state: std::sync::Mutex<(usize, bool)>,
-    moved: std::sync::Condvar,
+    state: parking_lot::Mutex<(usize, bool)>,
+    moved: parking_lot::Condvar,
 }
 
 impl Hold {
     /// Called by the held code: counts itself, then blocks its thread until [`Hold::open`].
     pub fn block(&self) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock();
         state.0 += 1;
         self.moved.notify_all();
         while !state.1 {
-            state = self.moved.wait(state).unwrap();
+            self.moved.wait(&mut state);
         }
     }
 
     /// Blocks until `n` calls have reached the hold.
     pub fn wait_entered(&self, n: usize) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock();
         while state.0 < n {
-            state = self.moved.wait(state).unwrap();
+            self.moved.wait(&mut state);
         }
     }
 
     /// Lets every held call (now and later) go on.
     pub fn open(&self) {
-        self.state.lock().unwrap().1 = true;
+        self.state.lock().1 = true;
         self.moved.notify_all();
     }
 }

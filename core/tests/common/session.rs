@@ -2,9 +2,10 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use slotpool::session::{
     Connector, LoopId, MemoryStore, Session, SessionContext, SessionError, SessionPool,
     SessionPoolBuilder, SessionRecord, SessionStore,
@@ -124,7 +125,7 @@ impl Counts {
     }
 
     pub fn conn(&self, id: u64) -> Arc<ConnState> {
-        let conns = self.conns.lock().unwrap();
+        let conns = self.conns.lock();
         conns
             .iter()
             .find(|c| c.id == id)
@@ -156,13 +157,13 @@ impl Counts {
 
     /// The sender that feeds connection `id`'s events.
     pub fn events_sender(&self, id: u64) -> mpsc::UnboundedSender<String> {
-        let sender = self.conn(id).events_in.lock().unwrap().clone();
+        let sender = self.conn(id).events_in.lock().clone();
         sender.expect("the event stream has not ended")
     }
 
     /// Sends `last` on connection `id`'s events, then ends them: its reader sees the end.
     pub fn end_events(&self, id: u64, last: &[&str]) {
-        let sender = self.conn(id).events_in.lock().unwrap().take();
+        let sender = self.conn(id).events_in.lock().take();
         let sender = sender.expect("the event stream has not ended");
         for event in last {
             sender.send(event.to_string()).unwrap();
@@ -195,7 +196,7 @@ impl Connector for Fake {
                 events_in: Mutex::new(Some(tx)),
                 events_out: tokio::sync::Mutex::new(rx),
             });
-            counts.conns.lock().unwrap().push(Arc::clone(&conn));
+            counts.conns.lock().push(Arc::clone(&conn));
             Ok(conn)
         }
     }

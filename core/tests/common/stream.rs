@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
@@ -128,7 +128,7 @@ pub const INJECTED: &str = "injected panic";
 /// Keeps injected panics (their message contains [`INJECTED`]) from printing through the
 /// panic hook; any other panic prints as before. Once per test binary.
 pub fn quiet_injected_panics() {
-    static QUIET: Once = Once::new();
+    static QUIET: parking_lot::Once = parking_lot::Once::new();
     QUIET.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {

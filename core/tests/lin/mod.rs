@@ -29,6 +29,21 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// How many histories a checker test records and checks: `default`, or `LIN_RUNS` when it is
+/// set (the sanitizer runs in `.ci/sanitizers` take a few; a long hunt takes many).
+///
+/// # Panics
+/// If `LIN_RUNS` is set to anything but a positive number.
+pub fn runs(default: u64) -> u64 {
+    match std::env::var("LIN_RUNS") {
+        Ok(runs) => match runs.parse() {
+            Ok(runs) if runs > 0 => runs,
+            _ => panic!("LIN_RUNS={runs:?} is not a positive number of runs"),
+        },
+        Err(_) => default,
+    }
+}
+
 /// A sequential specification: a state machine over operations and their results.
 pub trait Spec: Clone + Eq + Hash + Debug {
     /// An operation as invoked.
