@@ -73,7 +73,7 @@ run_check() { # $1 = check; runs in $tree; returns the command's status (124 = t
         --target-dir "$work/target-test" --test "$file" -- $filt) ;;
     lin)
       file=${rest%%:*}; filt=""; [ "$rest" != "$file" ] && filt=${rest#*:}
-      (cd "$tree" && timeout "$limit" cargo test -q --profile lin -p slotpool \
+      (cd "$tree" && LIN_RUNS=full timeout "$limit" cargo test -q --profile lin -p slotpool \
         --target-dir "$work/target-test" --test "$file" -- --include-ignored $filt) ;;
     lib)
       pkg=${rest%%:*}; filt=""; [ "$rest" != "$pkg" ] && filt=${rest#*:}

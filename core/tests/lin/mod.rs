@@ -29,18 +29,21 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How many histories a checker test records and checks: `default`, or `LIN_RUNS` when it is
-/// set (the sanitizer runs in `.ci/sanitizers` take a few; a long hunt takes many).
+/// How many histories a checker test records and checks: a tenth of `default` (at least 3),
+/// so that the README's `cargo test` stays brief in a debug build; `default` itself with
+/// `LIN_RUNS=full` (what CI's optimised `lin` profile runs and the mutation suite's `lin:`
+/// checks use); or `LIN_RUNS=N` runs (the sanitizer runs take a few; a long hunt takes many).
 ///
 /// # Panics
-/// If `LIN_RUNS` is set to anything but a positive number.
+/// If `LIN_RUNS` is set to anything but `full` or a positive number.
 pub fn runs(default: u64) -> u64 {
     match std::env::var("LIN_RUNS") {
+        Ok(runs) if runs == "full" => default,
         Ok(runs) => match runs.parse() {
             Ok(runs) if runs > 0 => runs,
-            _ => panic!("LIN_RUNS={runs:?} is not a positive number of runs"),
+            _ => panic!("LIN_RUNS={runs:?} is neither `full` nor a positive number of runs"),
         },
-        Err(_) => default,
+        Err(_) => (default / 10).max(3),
     }
 }
 
