@@ -75,12 +75,28 @@ pub async fn settle(done: impl FnMut() -> bool) {
 }
 
 /// [`settle`], failing the test with `what` if `done` never holds.
+///
+/// On a current-thread runtime every task runs on this thread, so a bounded number of yields
+/// decides. On a multi-thread runtime the work happens on worker threads that a loaded machine
+/// may not schedule for a while: after the yields, this waits for them (sleeping this thread a
+/// millisecond at a time, a minute at most) rather than failing a test on a scheduler's whim.
 pub async fn settle_until(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..10_000 {
         if done() {
             return;
         }
         tokio::task::yield_now().await;
+    }
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        for _ in 0..60_000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            tokio::task::yield_now().await;
+        }
     }
     panic!("{what}");
 }
