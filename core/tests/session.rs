@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::logs::capture_logs;
-use common::panics::{listen_across_threads, panics_saying, watch_panics, INJECTED};
+use common::panics::{panics_saying, watch_panics, INJECTED};
 use common::session::{
     assert_all_closed, assert_balanced, cancel_the_only_caller_mid_bootstrap, ctx, fake, held_pool,
     pool, pool_on, seeded, settle_establishments, spawn_acquire, Counts, Fake, Flaky, FlakyStore,
@@ -804,7 +804,6 @@ async fn a_panicking_connect_fails_with_not_sent() {
     let (pool, counts, _time) = pool(1);
     counts.panic_connect.store(1, Ordering::SeqCst);
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     assert_panicked(pool.acquire("s", &ctx()).await, Stage::Connect);
     assert!(
         logs.text().contains("connect exploded"),
