@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::channel::{steered_channel_pool, Lazy, IDLE};
 use common::logs::capture_logs;
-use common::panics::listen_across_threads;
 use common::{build_error, run_spawned, MockTime};
 use slotpool::__internal::shared::MAX_HOLDERS;
 use slotpool::channel::ChannelPool;
@@ -182,7 +181,6 @@ async fn dropping_the_last_handle_stops_the_reaper_while_guards_live() {
 fn a_connector_panic_is_logged_once() {
     let (_time, pool, _live, panics) = steered_channel_pool(2);
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     panics.next.store(1, Ordering::SeqCst);
     assert!(pool.get().is_err());
     let text = logs.text();

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use common::channel::{channel_pool, Factory, Fixture, Lazy, IDLE};
 use common::logs::capture_logs;
-use common::panics::listen_across_threads;
 use common::{poll_once, run_spawned, settle, spawn_with};
 use slotpool::channel::ChannelPool;
 use slotpool::client::{ClientError, ClientPool};
@@ -240,7 +239,6 @@ async fn dropping_the_last_handle_drops_idle_clients() {
 async fn a_contained_panic_is_logged_once() {
     let f = Fixture::new(4, None);
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     f.connector_panics.next.store(1, Ordering::SeqCst);
     assert!(f.clients.acquire().await.is_err());
     f.knobs.panics.next.store(1, Ordering::SeqCst);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::keyed::{hold, one_slot_journal, read_now, LONG};
 use common::logs::capture_logs;
-use common::panics::{inject, listen_across_threads, watch_panics};
+use common::panics::{inject, watch_panics};
 use common::{built, join_all, run_spawned, spawn_with};
 use slotpool::keyed::{BuildError, Keyed, KeyedError};
 use slotpool::{ConfigError, Reach};
@@ -160,7 +160,6 @@ async fn dropped_caller_keeps_its_slot_until_the_closure_ends() {
 async fn a_panic_frees_the_slot() {
     let keyed = one_slot_journal();
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     let mutation = keyed
         .mutate(&"ledger", LONG, || -> u8 { inject("mutation mid-commit") })
         .await;

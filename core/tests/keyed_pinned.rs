@@ -9,7 +9,7 @@ mod common;
 
 use common::keyed::{one_slot_journal, LONG};
 use common::logs::capture_logs;
-use common::panics::{inject, listen_across_threads};
+use common::panics::inject;
 use slotpool::keyed::{BuildError, Keyed, KeyedError};
 use slotpool::Reach;
 
@@ -52,7 +52,6 @@ fn the_defaults_are_shares_of_8_in_512_threads_with_none_reserved() {
 async fn the_panic_event_names_the_key_the_reach_and_the_message_only() {
     let keyed = one_slot_journal();
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     let secret = String::from("SECRET-PAYLOAD-9b2e");
     let span = tracing::info_span!("request", body = %secret);
     let result = keyed
@@ -107,7 +106,7 @@ mod metrics_export {
     async fn panics_are_counted_per_caller_key_with_its_share() {
         let capture = Capture::default();
         let keyed = metrics::with_local_recorder(&capture, one_slot_journal);
-        let _listening = listen_across_threads();
+        let _listening = crate::common::panics::listen_across_threads();
         let panicked = keyed
             .read(&"ledger", LONG, || -> u8 { inject("read") })
             .await;

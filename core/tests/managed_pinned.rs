@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::logs::capture_logs;
 use common::managed::{Act, Fixture, Scripted};
-use common::panics::listen_across_threads;
 use common::{run_spawned, settle_until, MockTime};
 use slotpool::managed::{Pool, PoolError, Step, Timeouts};
 
@@ -122,7 +121,6 @@ async fn by_default_nothing_is_kept_idle_and_nothing_expires() {
 async fn a_panic_of_user_code_is_logged_once_as_an_error() {
     let f = Fixture::new(2);
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     f.script.creates(&[Act::Panic]);
     let error = f.pool.get().await.map(drop).unwrap_err();
     assert!(
@@ -153,7 +151,6 @@ async fn a_panic_of_user_code_is_logged_once_as_an_error() {
 async fn a_panic_in_create_appears_in_one_log_event_only() {
     let f = Fixture::new(2);
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     f.script.creates(&[Act::Panic]);
     assert!(f.pool.get().await.is_err());
     let text = logs.text();
@@ -272,7 +269,6 @@ async fn a_get_paused_by_the_backoff_gives_its_room_back_while_it_sleeps() {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_panic_in_the_error_sink_is_counted_and_logged() {
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     let f = Fixture::with(2, |b| {
         b.min_idle(1)
             .error_sink(|_: &PoolError<common::managed::Injected>| {

@@ -16,7 +16,7 @@ use slotpool::stream::StreamStats;
 use capture::Capture;
 use common::channel::Lazy;
 use common::logs::capture_logs;
-use common::panics::{inject, listen_across_threads};
+use common::panics::inject;
 use common::stream::{round_trip, Script};
 
 #[tokio::test]
@@ -190,7 +190,6 @@ fn exporter_follows_the_pool_and_ends_with_it() {
 fn a_panicking_stats_callback_does_not_kill_the_exporter() {
     let capture = Capture::default();
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

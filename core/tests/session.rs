@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::logs::capture_logs;
-use common::panics::{listen_across_threads, panics_saying, watch_panics, INJECTED};
+use common::panics::{panics_saying, watch_panics, INJECTED};
 use common::session::{
     assert_all_closed, assert_balanced, cancel_the_only_caller_mid_bootstrap, ctx, fake, held_pool,
     pool, pool_on, seeded, settle_establishments, spawn_acquire, Counts, Fake, Flaky, FlakyStore,
@@ -804,7 +804,6 @@ async fn a_panicking_connect_fails_with_not_sent() {
     let (pool, counts, _time) = pool(1);
     counts.panic_connect.store(1, Ordering::SeqCst);
     let (logs, _guard) = capture_logs();
-    let _listening = listen_across_threads();
     assert_panicked(pool.acquire("s", &ctx()).await, Stage::Connect);
     assert!(
         logs.text().contains("connect exploded"),
@@ -1006,6 +1005,14 @@ async fn panic_storm_keeps_exact_accounting() {
     settle(|| pool.stats().establishing == 0).await;
     counts.panic_one_in.store(0, Ordering::SeqCst);
     pool.close();
+    // A panic thrown on a worker as the storm ends (a reader's `next_event`, whose task the
+    // stop aborts, or one already in its poll) is counted by the fake before it unwinds and by
+    // the pool once it has caught it: let that poll end before comparing the two counts (once
+    // in about 1,600 runs under load the pool's count was read one short in that window).
+    settle_until("the pool counts every panic thrown", || {
+        pool.stats().panics >= counts.panics()
+    })
+    .await;
     let stats = pool.stats();
     assert_eq!(
         (stats.in_use, stats.active, stats.establishing),

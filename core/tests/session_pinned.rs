@@ -515,7 +515,6 @@ async fn a_dropped_follower_leaves_the_other_followers_waiting() {
 async fn a_caught_panic_logs_the_place_and_not_the_request() {
     let (pool, counts, _time) = pool(2);
     let (logs, _guard) = common::logs::capture_logs();
-    let _listening = common::panics::listen_across_threads();
     counts.panic_bootstrap.store(1, Ordering::SeqCst);
     let request = SessionContext::new("secret-workspace", "secret-user");
     let error = pool.acquire("secret-session", &request).await.unwrap_err();

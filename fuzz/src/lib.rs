@@ -1,6 +1,8 @@
 //! Differential drivers shared by the fuzz targets and by `cargo test` (the workspace's tests
 //! include these files with `#[path]`, so the corpus replays under the README's test command).
 pub mod bytes;
+pub mod client_model;
+pub mod keyed_model;
 pub mod managed_model;
 pub mod session_model;
 pub mod slots_model;

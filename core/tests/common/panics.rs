@@ -47,11 +47,10 @@ pub fn inject(what: &str) -> ! {
     panic!("{what} exploded {INJECTED}")
 }
 
-/// Keeps `tracing` from caching "nobody listens" for a callsite that another test's thread
-/// registers first. While only one dispatcher exists, tracing-core decides a new callsite's
-/// interest from the registering thread's default alone, so a storm test's worker (no
-/// subscriber) can switch off an event that this thread's log capture waits for. A second
-/// dispatcher, held for the test, makes it ask every dispatcher (and re-asks at once).
+/// A second dispatcher, held for a test: while it lives tracing-core decides every callsite's
+/// interest by asking all registered dispatchers, not the registering thread's default alone.
+/// A log capture needs none of its own: `logs::capture_logs` keeps one for the whole process
+/// (its module docs tell why).
 pub fn listen_across_threads() -> tracing::Dispatch {
     tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default())
 }
