@@ -1422,8 +1422,10 @@ async fn check_runs(runs: u64, resizes: bool) {
          {operations} operations ({overlapping} concurrent with another), {configurations} \
          configurations searched; {counts:?}"
     );
+    // One in twenty may be undecided; a brief run (`LIN_RUNS` unset, 15 histories) may meet
+    // the one rare history of a full run, so it is allowed one.
     assert!(
-        undecided * 20 <= runs,
+        undecided * 20 <= runs.max(20),
         "{undecided} of {runs} histories undecided: the check checks too little"
     );
     for kind in [
