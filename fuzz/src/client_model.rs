@@ -1241,7 +1241,7 @@ impl Driver {
 
 /// Where the model lets the pools depart from their docs: each is a known bug (see the
 /// report of the change that added this driver, and the ignored tests of
-/// `core/tests/client_fuzz_replay.rs` that hold the pools to the docs), allowed so that the
+/// `core/tests/replay/client_fuzz_replay.rs` that hold the pools to the docs), allowed so that the
 /// fuzzer can look past it. The committed target and replay run with [`KNOWN_BUGS`];
 /// [`run_by_the_docs`] with none.
 #[derive(Debug, Clone, Copy, Default)]

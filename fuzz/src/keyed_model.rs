@@ -993,7 +993,7 @@ impl Driver {
 
 /// Where the model lets the registry depart from its docs: each is a known bug (see the
 /// report of the change that added this driver, and the ignored test of
-/// `core/tests/keyed_fuzz_replay.rs` that holds the registry to the docs), allowed so that the
+/// `core/tests/replay/keyed_fuzz_replay.rs` that holds the registry to the docs), allowed so that the
 /// fuzzer can look past it. The committed target and replay run with [`KNOWN_BUGS`];
 /// [`run_by_the_docs`] with none.
 #[derive(Debug, Clone, Copy, Default)]

@@ -65,7 +65,7 @@
 //!
 //! The model found two departures of the pool from its docs, both fixed since (a `Lowest`
 //! checkout that left fewer than `min_idle` idle woke no top-up; a `get_timeout` cut short
-//! in its recycle was not counted in `gets`); `core/tests/managed_fuzz_replay.rs` keeps their
+//! in its recycle was not counted in `gets`); `core/tests/replay/managed_fuzz_replay.rs` keeps their
 //! inputs.
 //!
 //! Where the docs leave a choice open, the model takes one and says so at the spot

@@ -23,7 +23,8 @@
 #   loom-lib:PKG[:FILTER]        PKG's own lib tests under loom at bound $BOUND (e.g. the
 #                                counters' stripe model: loom-lib:slotpool:sync)
 #   shuttle:FILE[:FILTER]        shuttle test file loom-tests/tests/FILE.rs (--cfg slotpool_shuttle)
-#   test:PKG:FILE[:FILTER]       cargo test -p PKG --test FILE (e.g. test:slotpool:stream)
+#   test:PKG:FILE[:FILTER]       cargo test -p PKG --test FILE FILTER (e.g. test:slotpool:stream,
+#                                or test:slotpool:stream:stream_hang:: for one module of it)
 #   lib:PKG[:FILTER]             cargo test -p PKG --lib
 #   lin:FILE[:FILTER]            a recorded linearizability check, core/tests/FILE.rs, optimised
 #                                (cargo test --profile lin -p slotpool --test FILE, ignored
@@ -31,7 +32,7 @@
 #   fuzz:TARGET                  replays fuzz/corpus/TARGET through the cargo-fuzz target (needs
 #                                cargo-fuzz; test:slotpool:slots_fuzz_replay replays the same
 #                                corpus without it)
-#   asan:FILE, tsan:FILE         core/tests/FILE.rs (or `lib`) under AddressSanitizer or
+#   asan:FILE, tsan:FILE         test binary FILE (or BINARY/MODULE, or `lib`) under AddressSanitizer or
 #                                ThreadSanitizer, as .ci/sanitizers runs it (needs nightly)
 #
 # A check that fails because the mutated tree does not compile catches nothing: the mutant is

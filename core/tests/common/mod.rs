@@ -1,7 +1,7 @@
 //! Helpers shared by the behaviour tests: polling and yielding without timing anything, task
 //! plumbing, a mock clock, and typed build errors. The per-pool fakes and fixtures live in the
-//! submodules. Each `tests/*.rs` file is its own crate and uses only part of this module, hence
-//! the `dead_code` allowance.
+//! submodules. Each test binary (`tests/*.rs`, or an area's `tests/AREA/main.rs`) is its own
+//! crate and uses only part of this module, hence the `dead_code` allowance.
 //!
 //! What the fixtures share between threads sits behind parking_lot's locks or passes through
 //! tokio's channels, never std's: those are compiled with the tests, so ThreadSanitizer sees the
