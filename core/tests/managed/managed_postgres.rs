@@ -232,10 +232,11 @@ async fn a_terminated_backend_is_rejected_at_recycle_and_replaced() {
     assert_eq!(backends(&admin, &config).await, 1);
 }
 
-/// `Fast` (no round trip): a connection whose query found it closed is rejected when it
-/// comes back, by the closed check alone.
+/// A connection whose query found it closed is dropped as it comes back, by the manager's
+/// `has_broken` (its closed check, no round trip): counted as broken, not as a rejected
+/// recycle, and never handed out again.
 #[tokio::test]
-async fn fast_recycling_rejects_a_connection_found_closed() {
+async fn a_connection_found_closed_is_dropped_as_broken_when_it_comes_back() {
     let config = server_or_skip!("slotpool-terminated-fast");
     let admin = admin(&config).await;
     let pool = pool(config, Recycling::Fast, 2);
@@ -250,7 +251,11 @@ async fn fast_recycling_rejects_a_connection_found_closed() {
     let client = pool.get().await.unwrap();
     assert_ne!(pid(&client).await, old);
     let stats = pool.stats();
-    assert_eq!((stats.created, stats.discarded), (2, 1));
+    assert_eq!(
+        (stats.created, stats.broken, stats.discarded),
+        (2, 1, 0),
+        "{stats:?}"
+    );
 }
 
 /// `Fast` decides in `recycle_now` (no await: open or closed); every other method leaves
