@@ -839,6 +839,56 @@ fn two_openers_and_a_discard_never_exceed_the_bound() {
     ]);
 }
 
+/// The values a check-in gave back to its caller (surplus, or retired by its trimming pass).
+fn checked_in_out(check_in: CheckIn<'_, u32>) -> Vec<u32> {
+    match check_in {
+        CheckIn::Kept => Vec::new(),
+        CheckIn::Surplus(values) | CheckIn::Trimmed(values) => values.into_iter().collect(),
+    }
+}
+
+/// A return racing a waiter and a close, three parties: size 1, value 7 held; a waiter queues
+/// for it, the holder returns it (handing it to the waiter if it is queued), and the table
+/// closes. However they interleave, the waiter ends (with 7, or with `Closed`), 7 comes out
+/// exactly once (from a return, or from the closing pass), and no unit stays held. The case
+/// that needs all three: the return hands the slot to the waiter after the waiter queued and
+/// before it looked at the gate again, and the close lands in between, so the waiter answers
+/// `Closed` holding a unit it did not use and must give it back; without the close the waiter
+/// takes the value, and without the return there is nothing to give back.
+/// Reached: the waiter got 7, and the waiter closed out.
+#[test]
+fn a_return_a_waiter_and_a_close_lose_no_value_and_no_unit() {
+    let reach = model(|reach| {
+        let slots = Arc::new(idle_values(1, &[7]));
+        let (lease, value) = take(&slots);
+        let waiter = spawn_waiter(&slots, move |slots, checkout, _| match checkout {
+            Ok(Checkout::Idle { lease, value }) => {
+                assert_eq!(value, 7);
+                (true, checked_in_out(slots.check_in(lease, value, 2)))
+            }
+            Ok(other) => panic!("a vacant slot while 7 exists: {other:?}"),
+            Err(Closed) => (false, Vec::new()),
+        });
+        let holder = {
+            let slots = Arc::clone(&slots);
+            thread::spawn(move || checked_in_out(slots.check_in(lease, value, 1)))
+        };
+        slots.close();
+        let returned = holder.join().unwrap();
+        let (got, given_back) = waiter.join().unwrap();
+        let closing_pass: Vec<u32> = slots.reap(|_| true).into_iter().map(|(v, _)| v).collect();
+        let out: Vec<u32> = [returned, given_back, closing_pass].concat();
+        assert_eq!(out, [7], "7 must come out exactly once (got 7: {got})");
+        reach.hit_if(got, "the waiter got 7");
+        reach.hit_if(!got, "the waiter closed out");
+        assert_settled(&slots);
+        assert_eq!(slots.live(), 0);
+    });
+    reach
+        .explored(2)
+        .reached_all(&["the waiter got 7", "the waiter closed out"]);
+}
+
 // --- holder notes (held-too-long detection) ------------------------------------------------
 
 /// A watchdog pass on its own thread: the reports it made, as `(slot, since, tag)`.
