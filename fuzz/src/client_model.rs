@@ -1239,37 +1239,8 @@ impl Driver {
     }
 }
 
-/// Where the model lets the pools depart from their docs: each is a known bug (see the
-/// report of the change that added this driver, and the ignored tests of
-/// `core/tests/replay/client_fuzz_replay.rs` that hold the pools to the docs), allowed so that the
-/// fuzzer can look past it. The committed target and replay run with [`KNOWN_BUGS`];
-/// [`run_by_the_docs`] with none.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Allow {
-    /// `ClientStats::capacity` of a closed pool may read `Some(0)`. Its docs: "`max_clients`,
-    /// if bounded" (`None` for an unbounded pool, whatever else happened).
-    pub closed_capacity_reads_zero: bool,
-}
-
-/// The known bugs the committed fuzz target and replay look past (see [`Allow`]).
-pub const KNOWN_BUGS: Allow = Allow {
-    closed_capacity_reads_zero: true,
-};
-
-/// Runs one op sequence; panics on the first divergence between the pools and the model,
-/// looking past the [`KNOWN_BUGS`].
+/// Runs one op sequence; panics on the first divergence between the pools and the model.
 pub fn run(data: &[u8]) {
-    run_with(data, KNOWN_BUGS);
-}
-
-/// [`run`], holding the pools to their docs everywhere (no allowance).
-pub fn run_by_the_docs(data: &[u8]) {
-    run_with(data, Allow::default());
-}
-
-/// Runs one op sequence; panics on the first divergence between the pools and the model,
-/// beyond what `allow` allows.
-pub fn run_with(data: &[u8], allow: Allow) {
     pass_injected_panics();
     let mut bytes = Bytes::new(data);
     let cfg = Cfg::decode(&mut bytes);
@@ -1295,7 +1266,7 @@ pub fn run_with(data: &[u8], allow: Allow) {
     let mut ops: Vec<Op> = Vec::new();
     // `CLIENT_MODEL_TRACE=1` prints every op, its outcome and the model after it.
     let trace = std::env::var_os("CLIENT_MODEL_TRACE").is_some();
-    check(&cfg, &ops, &driver, &model, allow);
+    check(&cfg, &ops, &driver, &model);
 
     while ops.len() < MAX_OPS && !bytes.is_empty() {
         let held: Vec<usize> = (0..HOLDERS)
@@ -1318,7 +1289,7 @@ pub fn run_with(data: &[u8], allow: Allow) {
                 model.dump()
             );
         }
-        check(&cfg, &ops, &driver, &model, allow);
+        check(&cfg, &ops, &driver, &model);
     }
 
     // The end: close, everything held comes back, every channel idles out; every client and
@@ -1333,7 +1304,7 @@ pub fn run_with(data: &[u8], allow: Allow) {
         let want = model.apply(op);
         let got = driver.apply(op);
         assert_eq!(got, want, "{}\n{}", trail(&cfg, &ops), model.dump());
-        check(&cfg, &ops, &driver, &model, allow);
+        check(&cfg, &ops, &driver, &model);
     }
     let ledger = &driver.ledger;
     assert_eq!(
@@ -1360,7 +1331,7 @@ fn trail(cfg: &Cfg, ops: &[Op]) -> String {
     out
 }
 
-fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model, allow: Allow) {
+fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model) {
     let stats = driver.clients.stats();
     let channel_stats = driver.clients.channels().stats();
     let c = &model.counts;
@@ -1371,12 +1342,7 @@ fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model, allow: Allow) {
     let rows: [(&str, u64, u64); 29] = [
         (
             "clients.capacity",
-            match stats.capacity {
-                Some(0) if model.closed && allow.closed_capacity_reads_zero => {
-                    cfg.max_clients.map_or(u64::MAX, |n| n as u64)
-                }
-                capacity => capacity.map_or(u64::MAX, |n| n as u64),
-            },
+            stats.capacity.map_or(u64::MAX, |n| n as u64),
             cfg.max_clients.map_or(u64::MAX, |n| n as u64),
         ),
         ("clients.clients", stats.clients as u64, live as u64),

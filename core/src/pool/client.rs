@@ -265,6 +265,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
             factory: self.factory,
             time: RecentClock::new(clock, reap_interval),
             idle_timeout: self.settings.idle_timeout,
+            max_clients: self.max_clients,
             counters: Counters::new(self.settings.name.clone()),
             hold,
         });
@@ -383,6 +384,8 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     /// (module docs, "Idle time").
     time: RecentClock,
     idle_timeout: Duration,
+    /// `max_clients` as built, for the stats (the table's own bound drops to 0 at close).
+    max_clients: Option<usize>,
     counters: Counters,
     /// Held-too-long detection ([`ClientPoolBuilder::held_too_long`]), if on.
     hold: Option<HoldWatch>,
@@ -763,7 +766,7 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPool<C, F> {
         let counts = self.shared.slots.counts();
         let c = &self.shared.counters;
         ClientStats {
-            capacity: self.shared.slots.capacity(),
+            capacity: self.shared.max_clients,
             clients: counts.live,
             idle: counts.idle,
             in_use: counts.live.saturating_sub(counts.idle),
