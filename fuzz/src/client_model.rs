@@ -63,7 +63,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -111,25 +111,6 @@ impl std::error::Error for FuzzError {}
 
 /// Marks the panics this driver injects (which the pools must contain).
 const INJECTED: &str = "injected by client_ops";
-
-/// Lets the injected panics through the process's panic hook quietly; every other panic goes
-/// to the hook that was there (under cargo-fuzz, libFuzzer's, which aborts).
-fn pass_injected_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
-            if message != Some(INJECTED) {
-                previous(info);
-            }
-        }));
-    });
-}
 
 /// What the next `make` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1241,7 +1222,7 @@ impl Driver {
 
 /// Runs one op sequence; panics on the first divergence between the pools and the model.
 pub fn run(data: &[u8]) {
-    pass_injected_panics();
+    crate::injected::pass_injected_panics();
     let mut bytes = Bytes::new(data);
     let cfg = Cfg::decode(&mut bytes);
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()

@@ -51,7 +51,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -79,25 +79,6 @@ type Key = &'static str;
 
 /// Marks the panics this driver injects (which the registry must contain).
 const INJECTED: &str = "injected by keyed_ops";
-
-/// Lets the injected panics through the process's panic hook quietly; every other panic goes
-/// to the hook that was there (under cargo-fuzz, libFuzzer's, which aborts).
-fn pass_injected_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
-            if message != Some(INJECTED) {
-                previous(info);
-            }
-        }));
-    });
-}
 
 // ---------------------------------------------------------------------------------------------
 // The configuration and the ops.
@@ -1027,7 +1008,7 @@ pub fn run_by_the_docs(data: &[u8]) {
 /// Runs one op sequence; panics on the first divergence between the registry and the model,
 /// beyond what `allow` allows.
 pub fn run_with(data: &[u8], allow: Allow) {
-    pass_injected_panics();
+    crate::injected::pass_injected_panics();
     let mut bytes = Bytes::new(data);
     let cfg = Cfg::decode(&mut bytes);
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()

@@ -2,6 +2,7 @@
 //! include these files with `#[path]`, so the corpus replays under the README's test command).
 pub mod bytes;
 pub mod client_model;
+pub mod injected;
 pub mod keyed_model;
 pub mod managed_model;
 pub mod session_model;

@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use slotpool::__internal::flight::TOUCH_SLACK;
@@ -63,26 +63,6 @@ struct Knobs {
 
 /// Marks the panics this driver injects into its connector (which the pool must contain).
 const INJECTED: &str = "injected by session_ops";
-
-/// Lets the injected panics through the process's panic hook quietly; every other panic goes
-/// to the hook that was there (under cargo-fuzz, libFuzzer's, which aborts: a panic the pool
-/// failed to contain still ends the run as a crash).
-fn pass_injected_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
-            if message != Some(INJECTED) {
-                previous(info);
-            }
-        }));
-    });
-}
 
 #[derive(Debug, Clone, Default)]
 struct FuzzConnector(Arc<Knobs>);
@@ -411,7 +391,7 @@ impl Model {
 
 /// Runs one op sequence; panics on the first divergence between the pool and the model.
 pub fn run(data: &[u8]) {
-    pass_injected_panics();
+    crate::injected::pass_injected_panics();
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
         return;
     };

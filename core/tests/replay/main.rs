@@ -9,6 +9,8 @@
 mod bytes;
 #[path = "../../../fuzz/src/client_model.rs"]
 mod client_model;
+#[path = "../../../fuzz/src/injected.rs"]
+mod injected;
 #[path = "../../../fuzz/src/keyed_model.rs"]
 mod keyed_model;
 #[path = "../../../fuzz/src/managed_model.rs"]
