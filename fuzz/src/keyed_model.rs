@@ -392,7 +392,6 @@ struct Books {
 #[derive(Debug, Clone)]
 struct Model {
     cfg: Cfg,
-    allow: Allow,
     shares: Vec<MShare>,
     /// Caller keys in registration order.
     keys: Vec<MKey>,
@@ -405,10 +404,9 @@ struct Model {
 }
 
 impl Model {
-    fn new(cfg: Cfg, allow: Allow) -> Self {
+    fn new(cfg: Cfg) -> Self {
         let mut model = Model {
             cfg,
-            allow,
             shares: Vec::new(),
             keys: Vec::new(),
             closed: false,
@@ -530,13 +528,12 @@ impl Model {
         }
         let share = task.share;
         task.share = usize::MAX;
-        let (key, panics, abandoned) = (task.key, task.panics, task.abandoned);
+        let (key, panics) = (task.key, task.panics);
         self.books.ended += 1;
         if panics {
+            // Counted whether or not the caller still waits for the outcome.
             self.books.panicked += 1;
-            if !(abandoned && self.allow.abandoned_panic_uncounted) {
-                self.keys[key].panics += 1;
-            }
+            self.keys[key].panics += 1;
         }
         self.free(share);
     }
@@ -972,42 +969,8 @@ impl Driver {
     }
 }
 
-/// Where the model lets the registry depart from its docs: each is a known bug (see the
-/// report of the change that added this driver, and the ignored test of
-/// `core/tests/replay/keyed_fuzz_replay.rs` that holds the registry to the docs), allowed so that the
-/// fuzzer can look past it. The committed target and replay run with [`KNOWN_BUGS`];
-/// [`run_by_the_docs`] with none.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Allow {
-    /// The panic of a closure whose caller stopped waiting (its future dropped after the slot
-    /// was granted) need not count in its key's `KeyStats::panics`. The module docs: "A
-    /// closure's panic is caught on the blocking thread, where it happened: ... the caller
-    /// key's panic count (`KeyStats::panics`) goes up, and a `tracing` error event names the
-    /// key"; `KeyStats::panics`: "Calls with this caller key whose closure panicked so far".
-    /// The registry counts (and logs) the panic where the caller awaits the outcome, so a
-    /// caller that left takes the count and the log with it.
-    pub abandoned_panic_uncounted: bool,
-}
-
-/// The known bugs the committed fuzz target and replay look past (see [`Allow`]).
-pub const KNOWN_BUGS: Allow = Allow {
-    abandoned_panic_uncounted: true,
-};
-
-/// Runs one op sequence; panics on the first divergence between the registry and the model,
-/// looking past the [`KNOWN_BUGS`].
+/// Runs one op sequence; panics on the first divergence between the registry and the model.
 pub fn run(data: &[u8]) {
-    run_with(data, KNOWN_BUGS);
-}
-
-/// [`run`], holding the registry to its docs everywhere (no allowance).
-pub fn run_by_the_docs(data: &[u8]) {
-    run_with(data, Allow::default());
-}
-
-/// Runs one op sequence; panics on the first divergence between the registry and the model,
-/// beyond what `allow` allows.
-pub fn run_with(data: &[u8], allow: Allow) {
     crate::injected::pass_injected_panics();
     let mut bytes = Bytes::new(data);
     let cfg = Cfg::decode(&mut bytes);
@@ -1029,7 +992,7 @@ pub fn run_with(data: &[u8], allow: Allow) {
         tasks: (0..TASKS).map(|_| None).collect(),
         values: 0,
     };
-    let mut model = Model::new(cfg, allow);
+    let mut model = Model::new(cfg);
     let mut ops: Vec<Op> = Vec::new();
     // `KEYED_MODEL_TRACE=1` prints every op, its outcome and the model after it.
     let trace = std::env::var_os("KEYED_MODEL_TRACE").is_some();

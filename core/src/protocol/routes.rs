@@ -694,7 +694,7 @@ impl<K: Eq + Hash + Clone + 'static, X> Routes<K, X> {
     pub fn admit<A>(
         &self,
         key: &K,
-        admitted: impl FnOnce(QuotaPermit, &Route<K, X>) -> A,
+        admitted: impl FnOnce(QuotaPermit, &Arc<Route<K, X>>) -> A,
     ) -> First<A, K, X> {
         self.with_entry(key, |entry| match entry {
             None => First::Unregistered,

@@ -197,6 +197,52 @@ async fn a_panic_frees_the_slot() {
     assert_eq!(next, Ok(5));
 }
 
+/// A caller that stops waiting (its task aborted while its closure runs) does not take the
+/// panic's accounting with it: the closure's later panic is counted against the caller's key
+/// and logged (to the subscriber that was the caller's default), before its slot is freed.
+#[tokio::test]
+async fn an_abandoned_calls_panic_is_counted_and_logged() {
+    let keyed = Arc::new(one_slot_journal());
+    let (logs, _guard) = capture_logs();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
+    let caller = {
+        let keyed = Arc::clone(&keyed);
+        tokio::spawn(async move {
+            keyed
+                .mutate(&"ledger", LONG, move || -> u8 {
+                    let _ = started_tx.send(());
+                    let _ = wait_go.recv();
+                    inject("abandoned mutation")
+                })
+                .await
+        })
+    };
+    started.await.expect("the closure starts");
+    caller.abort();
+    assert!(caller.await.is_err_and(|e| e.is_cancelled()));
+    let stats = |key| keyed.stats_for(&key).map(|s| (s.in_use, s.panics));
+    assert_eq!(
+        stats("ledger"),
+        Some((1, 0)),
+        "the slot is held while the closure runs"
+    );
+
+    go.send(()).expect("the closure waits");
+    // The slot is freed after the panic is counted: wait for the one, then read the other.
+    while keyed.stats_for(&"ledger").map(|s| s.in_use) != Some(0) {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(stats("ledger"), Some((0, 1)));
+    let text = logs.text();
+    assert!(
+        text.contains("keyed blocking work panicked")
+            && text.contains("abandoned mutation exploded"),
+        "the panic is logged to the caller's subscriber: {text}"
+    );
+    assert!(text.contains("ledger"), "the log names the key: {text}");
+}
+
 /// Calls on two small shares (one aliased) from many tasks on two workers, with one closure in
 /// five panicking: every call ends with its value or a `Panicked` of the right reach, nothing
 /// is refused or lost, every slot comes back, and each key counted exactly its own panics.

@@ -68,7 +68,9 @@
 //! A closure's panic is caught on the blocking thread, where it happened: the error carries
 //! it ([`KeyedError::Panicked`]'s `panic`, with its message), the caller key's panic count
 //! ([`KeyStats::panics`]) goes up, and a `tracing` error event names the key, the reach and
-//! the message (never the request). Nothing unwinds into the runtime or the caller.
+//! the message (never the request), sent to the subscriber that was the caller's default when
+//! it called. Both happen there, before the slot is freed, so a panic is counted and logged
+//! even when its caller stopped waiting. Nothing unwinds into the runtime or the caller.
 //!
 //! The slot is freed in every case: the admission lives inside the closure, so it is released
 //! when the closure returns or its panic is caught, and never earlier. A caller that stops waiting (its future is
@@ -152,7 +154,7 @@ use crate::pool::reap::nanos;
 use crate::pool::wait::{WaitClock, WaitSink};
 use crate::protocol::quota::QuotaPermit;
 use crate::protocol::routes::{First, Route, Routes, Table};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering};
 
 /// The share a family gets unless overridden (R2's `MAX_FAMILY_BLOCKING_SLOTS`).
 ///
@@ -227,7 +229,9 @@ impl Effect {
 
 /// A caller key's own state beside its route: its counters and metric handles. Shared by
 /// every table that holds the key's route.
-struct KeyState {
+struct KeyState<K> {
+    /// The caller key, for the panic log written where the panic is caught.
+    key: K,
     /// Refusals of this caller key. Written only on the refusal path.
     refusals: AtomicU64,
     /// Panics of this caller key's closures. Written only on the panic path.
@@ -240,12 +244,13 @@ struct KeyState {
     metrics: metrics_export::RouteMetrics,
 }
 
-impl KeyState {
+impl<K: Key> KeyState<K> {
     /// The state of caller key `key`, drawing from `share`, in the registry called `pool`.
-    fn new<K: Key>(key: &K, share: &K, pool: Cow<'static, str>) -> Self {
+    fn new(key: &K, share: &K, pool: Cow<'static, str>) -> Self {
         #[cfg(not(feature = "metrics"))]
-        let _ = (key, share, pool);
+        let _ = (share, pool);
         Self {
+            key: key.clone(),
             refusals: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             waits: AtomicU64::new(0),
@@ -256,7 +261,7 @@ impl KeyState {
     }
 }
 
-impl WaitSink for KeyState {
+impl<K> WaitSink for KeyState<K> {
     fn add(&self, waited: Duration) {
         self.wait_nanos.fetch_add(nanos(waited), Ordering::Relaxed);
         #[cfg(feature = "metrics")]
@@ -264,8 +269,23 @@ impl WaitSink for KeyState {
     }
 }
 
-type KeyRoute<K> = Route<K, KeyState>;
-type KeyTable<K> = Table<K, KeyState>;
+/// Counts a closure's panic against its caller key and logs the key, the reach and the
+/// message (never the request's contents).
+#[cold]
+fn note_panic<K: Key>(state: &KeyState<K>, effect: Effect, panic: &Panic) {
+    state.panics.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    state.metrics.panics.increment(1);
+    tracing::error!(
+        key = ?state.key,
+        reach = ?effect.lost_reach(),
+        message = panic.message(),
+        "keyed blocking work panicked; contained"
+    );
+}
+
+type KeyRoute<K> = Route<K, KeyState<K>>;
+type KeyTable<K> = Table<K, KeyState<K>>;
 
 fn stats_of<K: Key>(key: &K, route: &KeyRoute<K>) -> KeyStats<K> {
     let quota = route.quota();
@@ -288,7 +308,7 @@ fn stats_of<K: Key>(key: &K, route: &KeyRoute<K>) -> KeyStats<K> {
 /// See the [module documentation](self) for the algorithm and the failure model.
 pub struct Keyed<K: Key> {
     /// The builder's keys in a fixed table, run-time keys in a published one, and the close.
-    routes: Routes<K, KeyState>,
+    routes: Routes<K, KeyState<K>>,
     /// Share of keys registered without an explicit size. INVARIANT: at least 1.
     default_share: usize,
     /// The blocking pool's thread limit the shares must fit. INVARIANT: at least 1.
@@ -450,20 +470,43 @@ impl<K: Key> Keyed<K> {
         T: Send + 'static,
     {
         // Await 1 (cancel-safe): a drop here takes no slot and runs nothing.
-        let admission = self.admit(key, max_wait).await?;
+        // The route rides with the closure, so its panic is counted where it is caught.
+        let (admission, route) = self
+            .admit_as(key, max_wait, |permit, route| {
+                (Admission::new(permit, route), Arc::clone(route))
+            })
+            .await?;
+        // The caller's dispatcher, for the panic log written on the blocking thread (a
+        // subscriber the caller set as its thread's default would not see it otherwise).
+        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
         let handle = tokio::task::spawn_blocking(move || {
-            // The span is entered on the blocking thread, so the work's events nest under it.
-            let _entered = span.enter();
+            let outcome = {
+                // The span is entered on the blocking thread, so the work's events nest under it.
+                let _entered = span.enter();
+                // A panic of `work` (or of a drop of what it captured) ends here, on the
+                // blocking thread: its message is kept for the caller.
+                catch(work)
+            };
+            if let Err(panic) = &outcome {
+                // Counted and logged here, before the slot is freed, whether or not the caller
+                // is still waiting for the outcome; outside the work's span, whose fields may
+                // hold the request.
+                tracing::dispatcher::with_default(&dispatch, || {
+                    note_panic(route.extra(), effect, panic);
+                });
+            }
             // Held until `work` returns or unwinds, whatever the caller does meanwhile.
-            let _admission = admission;
-            // A panic of `work` (or of a drop of what it captured) ends here, on the blocking
-            // thread: its message is kept for the caller and the log.
-            catch(work)
+            drop(admission);
+            outcome
         });
         // Await 2: a drop here detaches the closure; it keeps its slot until it ends.
         match handle.await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(panic)) => Err(self.panicked(key, effect, panic)),
+            Ok(Err(panic)) => Err(KeyedError::Panicked {
+                key: key.clone(),
+                reach: effect.lost_reach(),
+                panic,
+            }),
             // The closure catches its own panics: a join error that reports one is a panic
             // outside it (in entering the span), still the caller's call that went wrong.
             Err(error) if error.is_panic() => {
@@ -479,27 +522,18 @@ impl<K: Key> Keyed<K> {
         }
     }
 
-    /// The panic path: count it against the caller's key, log its message (never the
-    /// request's contents) and build the error.
+    /// The panic path of a panic outside the closure: count it against the caller's key, log
+    /// its message (never the request's contents) and build the error.
     #[cold]
     fn panicked(&self, key: &K, effect: Effect, panic: Panic) -> KeyedError<K> {
         self.routes.with_route(key, |route| {
             if let Some(route) = route {
-                route.extra().panics.fetch_add(1, Ordering::Relaxed);
-                #[cfg(feature = "metrics")]
-                route.extra().metrics.panics.increment(1);
+                note_panic(route.extra(), effect, &panic);
             }
         });
-        let reach = effect.lost_reach();
-        tracing::error!(
-            key = ?key,
-            ?reach,
-            message = panic.message(),
-            "keyed blocking work panicked; contained"
-        );
         KeyedError::Panicked {
             key: key.clone(),
-            reach,
+            reach: effect.lost_reach(),
             panic,
         }
     }
@@ -524,9 +558,20 @@ impl<K: Key> Keyed<K> {
     /// When the share is full and the current runtime has no time driver, as
     /// [`tokio::time::timeout`] does.
     pub async fn admit(&self, key: &K, max_wait: Duration) -> Result<Admission, KeyedError<K>> {
+        self.admit_as(key, max_wait, |permit, route| Admission::new(permit, route))
+            .await
+    }
+
+    /// [`Keyed::admit`], making of the permit and the route it came from what `make` makes.
+    async fn admit_as<A>(
+        &self,
+        key: &K,
+        max_wait: Duration,
+        make: impl FnOnce(QuotaPermit, &Arc<KeyRoute<K>>) -> A + Copy,
+    ) -> Result<A, KeyedError<K>> {
         // The first attempt's outcome is consumed before the await: held across it (as a
         // `match` scrutinee is), it would be stored in this future's state and read back.
-        let route = match self.routes.admit(key, Admission::new) {
+        let route = match self.routes.admit(key, make) {
             First::Admitted(admission) => return Ok(admission),
             First::Wait(route) => route,
             First::Closed => return Err(self.closed(key)),
@@ -534,19 +579,20 @@ impl<K: Key> Keyed<K> {
         };
         // Boxed: the wait (and its timer) is the rare path, and keeping it out of line keeps
         // this future, and every future that awaits it, small to move.
-        Box::pin(self.wait_for_slot(key, route, max_wait)).await
+        Box::pin(self.wait_for_slot(key, route, max_wait, make)).await
     }
 
     /// The slow path of [`Keyed::admit`]: the share was full on the first attempt.
     ///
     /// Cancel-safe: dropping it drops the quota's wait future inside the timeout, which leaves
     /// the share's queue and passes on a wake-up (or a slot) it had received.
-    async fn wait_for_slot(
+    async fn wait_for_slot<A>(
         &self,
         key: &K,
-        route: crate::sync::Arc<KeyRoute<K>>,
+        route: Arc<KeyRoute<K>>,
         max_wait: Duration,
-    ) -> Result<Admission, KeyedError<K>> {
+        make: impl FnOnce(QuotaPermit, &Arc<KeyRoute<K>>) -> A,
+    ) -> Result<A, KeyedError<K>> {
         // The first attempt found the share full: the wait starts, counted and timed (two clock
         // reads, only here); it ends however the timeout below ends, or with this future.
         let state = route.extra();
@@ -556,7 +602,7 @@ impl<K: Key> Keyed<K> {
         let waited = tokio::time::timeout(max_wait, route.quota().acquire()).await;
         drop(clock);
         match waited {
-            Ok(Ok(permit)) => Ok(Admission::new(permit, &route)),
+            Ok(Ok(permit)) => Ok(make(permit, &route)),
             Ok(Err(_closed)) => Err(self.closed(key)),
             Err(_elapsed) => Err(self.refuse(key, &route, max_wait)),
         }
