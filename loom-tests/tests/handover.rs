@@ -8,6 +8,7 @@
 #![cfg(slotpool_loom)]
 
 use loom::future::block_on;
+use loom::sync::atomic::{AtomicU8, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use slotpool::__internal::slots::Reservation;
@@ -157,5 +158,124 @@ fn the_held_units_release_wakes_a_waiter() {
     reach.explored(2).reached_all(&[
         "the caller slept and the release woke it",
         "the release came first",
+    ]);
+}
+
+/// The closing stream's resource, as a claimer of the slot's next incarnation finds it. Read
+/// and written `Relaxed`: only the protocol's own synchronization (the slot's word, the
+/// hand-over's word) orders the driver's close before the next claim.
+const OPEN: u8 = 1;
+const CLOSED: u8 = 2;
+const REOPENED: u8 = 3;
+
+/// The reaper, the stream's driver and a claimer, three parties: the reaper retires the idle
+/// slot holding its unit and parks the unit in the hand-over; the driver closes the stream's
+/// resource, drains the slot and lets go, releasing a parked unit; the claimer reserves room
+/// on the table, waiting if there is none. However they interleave, the unit is released
+/// exactly once (by the driver, or by the reaper when the driver had let go), the slot ends
+/// Empty with no load, the claimer ends (it joined the stream before its close, or it claimed
+/// the slot's next incarnation, woken if it had slept: a claimer left asleep is a deadlock,
+/// which loom reports), it joins the old stream only if the reaper did not retire it, and a
+/// claimer of the next incarnation
+/// finds the old resource closed: the close happens before the claim, whichever party's
+/// release let the claim in. The case that needs all three: the driver lets go before the
+/// reaper parks, so the reaper's failed park must see the close (the driver's drain left the
+/// reaped slot's word untouched) for the claim its release lets in to come after it; without
+/// the claimer nothing reads the resource after the release, and without the reaper the
+/// driver releases after its own close.
+/// Reached: the driver released the parked unit, the reaper released it (the driver gone),
+/// the claimer claimed a unit the reaper released, the claimer slept and was woken, and the
+/// claimer joined the stream before its close.
+#[test]
+fn a_reaper_a_driver_and_a_claimer_release_once_and_claim_after_the_close() {
+    let reach = model(|reach| {
+        let (table, first) = idle_table();
+        let table = Arc::new(table);
+        let handover = Arc::new(Handover::new());
+        let resource = Arc::new(AtomicU8::new(OPEN));
+        let reaper = {
+            let (table, handover) = (Arc::clone(&table), Arc::clone(&handover));
+            thread::spawn(move || {
+                let mut units = Vec::new();
+                table.reap_idle_holding(1, 0, 0, |unit, _| units.push(unit));
+                assert!(units.len() <= 1, "one slot reaped twice: {units:?}");
+                let reaped = !units.is_empty();
+                let released = units.into_iter().any(|unit| {
+                    assert_eq!(unit.generation(), first.generation());
+                    handover
+                        .hold(unit)
+                        .map(|back| assert!(table.release(back)))
+                        .is_some()
+                });
+                (reaped, released)
+            })
+        };
+        let claimer = {
+            let (table, resource) = (Arc::clone(&table), Arc::clone(&resource));
+            thread::spawn(move || {
+                let (got, slept) = block_on(waited(table.reserve()));
+                let got = got.unwrap();
+                let claimed = got.claimed();
+                if claimed {
+                    assert_eq!(got.generation(), first.generation().next());
+                    assert_eq!(
+                        resource.load(Ordering::Relaxed),
+                        CLOSED,
+                        "claimed the slot before its resource was closed"
+                    );
+                    resource.store(REOPENED, Ordering::Relaxed);
+                    table.begin_drain(got.index(), got.generation());
+                } else {
+                    // A request on the old stream: its driver fails it and releases the unit.
+                    assert_eq!(got.generation(), first.generation());
+                    assert!(!slept, "joined a stream it had to wait for");
+                }
+                assert!(table.release(got));
+                (claimed, slept)
+            })
+        };
+        // The driver: its halves dropped (the resource closed), it drains the slot, then lets
+        // go, releasing a unit the reaper parked.
+        resource.store(CLOSED, Ordering::Relaxed);
+        table.begin_drain(first.index(), first.generation());
+        let driver_released = handover
+            .let_go()
+            .map(|unit| assert!(table.release(unit)))
+            .is_some();
+        let (reaped, reaper_released) = reaper.join().unwrap();
+        let (claimed, slept) = claimer.join().unwrap();
+        assert_eq!(
+            u8::from(driver_released) + u8::from(reaper_released),
+            u8::from(reaped),
+            "reaped: {reaped}, released by the driver: {driver_released}, by the reaper: \
+             {reaper_released}"
+        );
+        assert!(
+            claimed || !reaped,
+            "the claimer joined a stream the reaper retired"
+        );
+        assert!(handover.is_let_go());
+        assert_eq!(handover.let_go(), None);
+        assert_eq!(
+            resource.load(Ordering::Relaxed),
+            if claimed { REOPENED } else { CLOSED }
+        );
+        let stats = table.stats();
+        assert_eq!((stats.empty, stats.in_flight), (1, 0));
+        reach.hit_if(driver_released, "the driver released the parked unit");
+        reach.hit_if(reaper_released, "the reaper released, the driver gone");
+        reach.hit_if(
+            reaper_released && claimed,
+            "the claimer claimed the unit the reaper released",
+        );
+        reach.hit_if(slept, "the claimer slept and was woken");
+        reach.hit_if(!claimed, "the claimer joined the stream before its close");
+    });
+    reach.explored(2).reached_all(&[
+        "the driver released the parked unit",
+        "the reaper released, the driver gone",
+        "the claimer claimed the unit the reaper released",
+        "the claimer slept and was woken",
+        "the claimer joined the stream before its close",
     ]);
 }
