@@ -557,9 +557,13 @@ impl<K: Key> Keyed<K> {
     /// # Panics
     /// When the share is full and the current runtime has no time driver, as
     /// [`tokio::time::timeout`] does.
-    pub async fn admit(&self, key: &K, max_wait: Duration) -> Result<Admission, KeyedError<K>> {
+    pub fn admit<'a>(
+        &'a self,
+        key: &'a K,
+        max_wait: Duration,
+    ) -> impl std::future::Future<Output = Result<Admission, KeyedError<K>>> + 'a {
+        // Returned, not awaited: a wrapping `async fn` would nest one more state machine.
         self.admit_as(key, max_wait, |permit, route| Admission::new(permit, route))
-            .await
     }
 
     /// [`Keyed::admit`], making of the permit and the route it came from what `make` makes.
