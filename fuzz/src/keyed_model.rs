@@ -396,8 +396,8 @@ struct Model {
     /// Caller keys in registration order.
     keys: Vec<MKey>,
     closed: bool,
-    /// The share of each admission held.
-    holders: Vec<Option<usize>>,
+    /// The share and the caller key (an index of `keys`) of each admission held.
+    holders: Vec<Option<(usize, usize)>>,
     tasks: Vec<Option<MTask>>,
     books: Books,
     values: u64,
@@ -471,6 +471,18 @@ impl Model {
         });
     }
 
+    /// Slots in use by caller key `k`: its admissions held and its closures running.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn key_in_use(&self, k: usize) -> usize {
+        let held = self.holders.iter().flatten().filter(|(_, key)| *key == k);
+        let running = self
+            .tasks
+            .iter()
+            .flatten()
+            .filter(|task| task.key == k && task.share != usize::MAX);
+        held.count() + running.count()
+    }
+
     fn total(&self) -> usize {
         self.shares.iter().map(|s| s.capacity).sum()
     }
@@ -499,7 +511,7 @@ impl Model {
         match what {
             Meanwhile::Nothing => None,
             Meanwhile::Release(h) => {
-                let share = self.holders[h].take()?;
+                let (share, _) = self.holders[h].take()?;
                 self.free(share);
                 Some(share)
             }
@@ -596,14 +608,15 @@ impl Model {
                 };
                 match self.admit(KEYS[key], wait, meanwhile) {
                     Ok(share) => {
-                        self.holders[h] = Some(share);
+                        let k = self.find(KEYS[key]).expect("admitted, so registered");
+                        self.holders[h] = Some((share, k));
                         self.admitted(share)
                     }
                     Err(outcome) => outcome,
                 }
             }
             Op::Release(h) => match self.holders[h].take() {
-                Some(share) => {
+                Some((share, _)) => {
                     self.free(share);
                     Outcome::Done
                 }
@@ -735,6 +748,9 @@ struct Driver {
     ledger: Arc<Ledger>,
     values: u64,
     runtime: tokio::runtime::Runtime,
+    /// What the registry exported: each key's metric handles are registered with it.
+    #[cfg(feature = "metrics")]
+    exported: crate::capture::Capture,
 }
 
 type AdmitFuture<'a> = Pin<Box<dyn Future<Output = Result<Admission, KeyedError<Key>>> + 'a>>;
@@ -943,15 +959,14 @@ impl Driver {
                 _ => Outcome::Nothing,
             },
             Op::Register(key, size) => Outcome::Registered(
-                match size {
+                self.recorded(|| match size {
                     Some(size) => self.keyed.register(KEYS[key], size),
                     None => self.keyed.register_default(KEYS[key]),
-                }
+                })
                 .map_err(|error| config_failure(&error)),
             ),
             Op::RegisterAlias(alias, share) => Outcome::Registered(
-                self.keyed
-                    .register_alias(KEYS[alias], KEYS[share])
+                self.recorded(|| self.keyed.register_alias(KEYS[alias], KEYS[share]))
                     .map_err(|error| config_failure(&error)),
             ),
             Op::Close => {
@@ -959,6 +974,15 @@ impl Driver {
                 Outcome::Done
             }
         }
+    }
+
+    /// Runs `f` with the driver's capture as this thread's metrics recorder (a registration
+    /// makes its key's handles then).
+    fn recorded<T>(&self, f: impl FnOnce() -> T) -> T {
+        #[cfg(feature = "metrics")]
+        return metrics::with_local_recorder(&self.exported, f);
+        #[cfg(not(feature = "metrics"))]
+        f()
     }
 
     /// Lets every closure end (the end of a run).
@@ -983,6 +1007,11 @@ pub fn run(data: &[u8]) {
         return;
     };
     let (clock, _mock) = slotpool::Clock::mock();
+    #[cfg(feature = "metrics")]
+    let exported = crate::capture::Capture::default();
+    #[cfg(feature = "metrics")]
+    let keyed = Arc::new(metrics::with_local_recorder(&exported, || cfg.build(clock)));
+    #[cfg(not(feature = "metrics"))]
     let keyed = Arc::new(cfg.build(clock));
     let mut driver = Driver {
         runtime,
@@ -991,6 +1020,8 @@ pub fn run(data: &[u8]) {
         holders: (0..HOLDERS).map(|_| None).collect(),
         tasks: (0..TASKS).map(|_| None).collect(),
         values: 0,
+        #[cfg(feature = "metrics")]
+        exported,
     };
     let mut model = Model::new(cfg);
     let mut ops: Vec<Op> = Vec::new();
@@ -1030,11 +1061,49 @@ pub fn run(data: &[u8]) {
     }
     for h in 0..HOLDERS {
         drop(driver.holders[h].take());
-        if let Some(share) = model.holders[h].take() {
+        if let Some((share, _)) = model.holders[h].take() {
             model.free(share);
         }
     }
     check(&cfg, &ops, &driver, &model);
+}
+
+/// The metrics each caller key exported, against the model: `slotpool_keyed_refusals_total`
+/// and `slotpool_keyed_panics_total` (its refusals and panics), the `slotpool_keyed_in_use`
+/// gauge (its admissions held and closures running) and the samples of
+/// `slotpool_keyed_wait_seconds` (one per wait that ended: its `waits`, every caller of the
+/// driver having finished waiting before a check). The first key that differs, described.
+#[cfg(feature = "metrics")]
+fn exported_mismatch(driver: &Driver, model: &Model) -> Option<String> {
+    let exported = &driver.exported;
+    for (k, key) in model.keys.iter().enumerate() {
+        let labels = format!("key={},share={}", key.key, model.shares[key.share].key);
+        let got = (
+            exported.counter(&format!("slotpool_keyed_refusals_total{{{labels}}}")),
+            exported.counter(&format!("slotpool_keyed_panics_total{{{labels}}}")),
+            exported.gauge(&format!("slotpool_keyed_in_use{{{labels}}}")),
+            exported
+                .samples(&format!(
+                    "slotpool_keyed_wait_seconds{{key={},pool=default,share={}}}",
+                    key.key, model.shares[key.share].key
+                ))
+                .len() as u64,
+        );
+        let want = (
+            key.refusals,
+            key.panics,
+            model.key_in_use(k) as f64,
+            key.waits,
+        );
+        if got != want {
+            return Some(format!(
+                "exported metrics of {} (refusals, panics, in_use, wait samples): registry \
+                 {got:?}, model {want:?}",
+                key.key
+            ));
+        }
+    }
+    None
 }
 
 /// The configuration and the ops so far, for a failure's message.
@@ -1107,6 +1176,10 @@ fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model) {
              wait_time):\n  registry {got:?}\n  model    {want:?}"
         ));
     }
+    #[cfg(feature = "metrics")]
+    if let Some(what) = exported_mismatch(driver, model) {
+        fail(what);
+    }
     let shares: Vec<(Key, usize)> = model.shares.iter().map(|s| (s.key, s.capacity)).collect();
     if keyed.shares() != shares {
         fail(format!(
@@ -1172,7 +1245,8 @@ fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model) {
         let got = driver.holders[h]
             .as_ref()
             .map(|a| (a.capacity(), a.in_use()));
-        let want = model.holders[h].map(|s| (model.shares[s].capacity, model.shares[s].in_use));
+        let want =
+            model.holders[h].map(|(s, _)| (model.shares[s].capacity, model.shares[s].in_use));
         if got != want {
             fail(format!(
                 "admission {h} (capacity, in_use): registry {got:?}, model {want:?}"

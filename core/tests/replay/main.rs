@@ -7,6 +7,9 @@
 #[allow(dead_code)]
 #[path = "../../../fuzz/src/bytes.rs"]
 mod bytes;
+#[cfg(feature = "metrics")]
+#[path = "../capture/mod.rs"]
+mod capture;
 #[path = "../../../fuzz/src/client_model.rs"]
 mod client_model;
 #[path = "../../../fuzz/src/injected.rs"]
