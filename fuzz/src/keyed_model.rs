@@ -35,8 +35,12 @@
 //! * Statistics: per caller key its share, the share's slots in use and capacity, the calls
 //!   waiting (none between ops), refusals, panics, waits and their time (zero: waits run on
 //!   tokio's clock, the registry times them on the mock, which no wait moves).
+//! * Metrics (with the `metrics` feature): per caller key `slotpool_keyed_refusals_total` and
+//!   `slotpool_keyed_panics_total` as its refusals and panics, the `slotpool_keyed_in_use`
+//!   gauge as its own admissions held and closures running, one `slotpool_keyed_wait_seconds`
+//!   sample per wait.
 //!
-//! Not modelled: `Lost` (a runtime shutting down under a call), spans and logs, the metrics,
+//! Not modelled: `Lost` (a runtime shutting down under a call), spans and logs,
 //! builder errors (every configuration decoded here builds; the run-time registrations
 //! exercise the same checks), more than one caller waiting at a time.
 //!
