@@ -309,37 +309,3 @@ fn spawn_blocking(settings: &Settings) -> Vec<Record> {
     ];
     interleave(SPAWN_BLOCKING, ops, settings, impls)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The reference and slotpool agree on R2's census: 19 families, 9 shares, sum 68.
-    #[test]
-    fn both_designs_see_r2s_census() {
-        let keyed = slotpool_keyed();
-        assert_eq!(keyed.stats().len(), FAMILIES.len());
-        assert_eq!(keyed.shares().len(), SHARES.len());
-        assert_eq!(keyed.total_shares(), 68);
-        for family in FAMILIES {
-            assert_eq!(keyed.share_of(&family), Some(alias(family)));
-            assert!(SHARES.contains(&alias(family)));
-        }
-    }
-
-    /// Every case runs at smoke scale and reports slotpool and the reference.
-    #[test]
-    fn smoke() {
-        let records = crate::report::run_cases(CASES, &Settings::smoke(), |_| true);
-        for &(case, _) in CASES {
-            for name in ["slotpool", "reference"] {
-                assert!(
-                    records
-                        .iter()
-                        .any(|r| r.case == case && r.impl_name == name),
-                    "{case} {name}"
-                );
-            }
-        }
-    }
-}

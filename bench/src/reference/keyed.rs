@@ -219,38 +219,3 @@ impl RefKeyed {
             .unwrap_or(0)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The reference refuses with `NoDurableEffect` and counts per caller family.
-    #[test]
-    fn reference_refuses_and_counts() {
-        let rt = crate::fixtures::current_thread();
-        let reference = RefKeyed::new();
-        rt.block_on(async {
-            let _held: Vec<_> = {
-                let mut held = Vec::new();
-                for _ in 0..REPLAY_SLOTS {
-                    held.push(
-                        reference
-                            .admit("replay", Duration::from_secs(5))
-                            .await
-                            .expect("room"),
-                    );
-                }
-                held
-            };
-            let refused = reference.admit("catch-up", Duration::ZERO).await;
-            assert_eq!(
-                refused.err(),
-                Some(RefError::Unavailable {
-                    family: "catch-up",
-                    reach: RefReach::NoDurableEffect
-                })
-            );
-            assert_eq!(reference.refusals("catch-up"), 1);
-        });
-    }
-}

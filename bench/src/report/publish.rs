@@ -124,7 +124,7 @@ pub fn rendered(root: &Path, published: &Published) -> Result<Vec<(PathBuf, Stri
 }
 
 /// `text` with the part between its `name` markers replaced by `part`.
-fn splice(text: &str, name: &str, part: &str) -> Result<String, String> {
+pub fn splice(text: &str, name: &str, part: &str) -> Result<String, String> {
     let start = format!("<!-- results:{name}:start -->");
     let end = format!("<!-- results:{name}:end -->");
     let a = text
@@ -238,85 +238,4 @@ pub fn full_table(p: &Published) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(case: &str, impl_name: &str, ns_per_op: f64) -> Record {
-        Record {
-            case: case.to_string(),
-            impl_name: impl_name.to_string(),
-            ns_per_op,
-            p50_ns: None,
-            p99_ns: None,
-            p999_ns: None,
-            max_ns: None,
-            ops: 1,
-            repeats: 1,
-        }
-    }
-
-    fn published() -> Published {
-        Published {
-            commit: "0123456789abcdef".into(),
-            date: "2026-12-07".into(),
-            machine: "2 cores".into(),
-            mode: "full".into(),
-            records: vec![
-                record("stream/uncontended", "slotpool", 24.0),
-                record("stream/uncontended", "reference", 207.0),
-                record("stream/uncontended", "floor", 21.6),
-                record("managed/uncontended", "slotpool", 60.0),
-                record("managed/uncontended", "deadpool", 240.0),
-            ],
-        }
-    }
-
-    #[test]
-    fn the_readme_table_shows_each_chosen_case_and_its_provenance() {
-        let table = readme_table(&published());
-        assert!(
-            table.contains(
-                "| stream/uncontended | 24.0 | reference 207, floor 21.6 | 8.62×, 0.90× |"
-            ),
-            "{table}"
-        );
-        assert!(
-            table.contains("| managed/uncontended | 60.0 | deadpool 240 | 4.00× |"),
-            "{table}"
-        );
-        assert!(table.contains("commit `0123456789ab`"), "{table}");
-    }
-
-    #[test]
-    fn a_part_is_spliced_between_its_markers_and_nothing_else_moves() {
-        let text =
-            "before\n<!-- results:readme:start -->\nold\n<!-- results:readme:end -->\nafter\n";
-        let spliced = splice(text, "readme", "new\n").unwrap();
-        assert_eq!(
-            spliced,
-            "before\n<!-- results:readme:start -->\nnew\n<!-- results:readme:end -->\nafter\n"
-        );
-        assert_eq!(
-            splice(&spliced, "readme", "new\n").unwrap(),
-            spliced,
-            "idempotent"
-        );
-        assert!(splice("no markers", "readme", "x").is_err());
-    }
-
-    #[test]
-    fn the_full_table_has_every_implementation_with_its_ratio() {
-        let table = full_table(&published());
-        assert!(
-            table.contains("| stream/uncontended | reference (reference) | 207 | 8.62× |"),
-            "{table}"
-        );
-        assert!(
-            table.contains("| stream/uncontended | slotpool | 24.0 | 1× |"),
-            "{table}"
-        );
-    }
 }
