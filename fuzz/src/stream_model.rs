@@ -41,6 +41,8 @@
 //! * Routing by id: the pool gives an id to each request that carries none; a response whose
 //!   id no request carries is discarded (`unknown_responses`); a caller-supplied id already in
 //!   flight fails `DuplicateId`; a request whose id accessor panics fails alone, not sent.
+//! * Panics of user code: "the inbound half's `poll_next` and destructor" and the request id
+//!   accessors are called inside a guard and counted in `panics`.
 //! * In order: each response goes to the oldest request sent, cancelled or not (a cancelled
 //!   request's response is consumed in turn, `late_responses`); a response with nothing
 //!   outstanding is counted in `unknown_responses` and closes the stream as failed. The id
@@ -62,7 +64,7 @@
 //! they are armed and never fire, and the reaper's pass fires the deadlines), the background
 //! reaper (`reap_interval(None)`), `acquire_timeout` (it needs the time driver), more than one
 //! waiter at a time, borrowed guards (every guard here is owned: the same unit, counted the
-//! same), an inbound half whose destructor panics, the `Retirement` flag, dropping the pool
+//! same), the `Retirement` flag, dropping the pool
 //! before the end of the run, the metrics and the logs.
 //!
 //! Where the docs leave a choice open, the model takes one and says so at the spot
@@ -75,7 +77,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -177,6 +179,8 @@ struct Peer {
     outbound: Outbound<Req>,
     tx: mpsc::UnboundedSender<PeerSays>,
     unanswered: Vec<Req>,
+    /// The inbound half's destructor panics.
+    panic_drop: Arc<AtomicBool>,
 }
 
 impl Peer {
@@ -212,6 +216,7 @@ struct Ledger {
 pub struct Inbound {
     rx: mpsc::UnboundedReceiver<PeerSays>,
     ledger: Arc<Ledger>,
+    panic_drop: Arc<AtomicBool>,
 }
 
 impl Stream for Inbound {
@@ -231,6 +236,9 @@ impl Stream for Inbound {
 impl Drop for Inbound {
     fn drop(&mut self) {
         self.ledger.closed.fetch_add(1, Ordering::SeqCst);
+        if self.panic_drop.load(Ordering::SeqCst) {
+            panic!("{INJECTED}: inbound drop");
+        }
     }
 }
 
@@ -289,15 +297,21 @@ impl<const IN_ORDER: bool> StreamConnector for Conn<IN_ORDER> {
             }
             ledger.opened.fetch_add(1, Ordering::SeqCst);
             let (tx, rx) = mpsc::unbounded_channel();
+            let panic_drop = Arc::new(AtomicBool::new(false));
             ledger.peers.lock().unwrap().insert(
                 slot,
                 Peer {
                     outbound,
                     tx,
                     unanswered: Vec::new(),
+                    panic_drop: Arc::clone(&panic_drop),
                 },
             );
-            Ok(Inbound { rx, ledger })
+            Ok(Inbound {
+                rx,
+                ledger,
+                panic_drop,
+            })
         }
     }
 
@@ -420,6 +434,8 @@ enum Op {
     End(usize),
     /// The inbound half of slot `s` panics in its next poll.
     PanicInbound(usize),
+    /// The inbound half of slot `s` panics when it is dropped.
+    PanicOnDrop(usize),
     /// The hanging connect of slot `s` ends: opened or failed.
     Open(usize, bool),
     /// Queue what the next connect does.
@@ -498,7 +514,7 @@ fn decode(bytes: &mut Bytes<'_>, holders: &[Option<MHeld>]) -> Op {
             matching[b % matching.len()]
         }
     };
-    match bytes.below(20) {
+    match bytes.below(21) {
         0..=2 => Op::Try,
         3 => Op::Wait,
         4 => Op::Drop(pick(bytes, &|h| matches!(h, MHeld::Guard(_)))),
@@ -528,6 +544,7 @@ fn decode(bytes: &mut Bytes<'_>, holders: &[Option<MHeld>]) -> Op {
         }),
         17 => Op::Advance(1 + bytes.below(3) as u64),
         18 => Op::Reap,
+        20 => Op::PanicOnDrop(bytes.below(PEER_SLOTS)),
         _ => {
             if bytes.below(32) == 0 {
                 Op::Close
@@ -592,6 +609,8 @@ struct MSlot {
     probe: bool,
     /// Its connect hangs.
     hung: bool,
+    /// Its inbound half panics when dropped.
+    panic_drop: bool,
     queued: VecDeque<Queued>,
     /// The pool's side: requests on the wire, in the order sent.
     wire: VecDeque<Sent>,
@@ -1019,6 +1038,10 @@ impl Model {
     /// A served stream ends (the inbound half is dropped: the connector's close).
     fn end_stream(&mut self, s: usize, refusal: Refusal) {
         self.books.closed += 1;
+        // "The inbound half's ... destructor" is called inside a guard: its panic is counted.
+        if self.slots[s].panic_drop {
+            self.counts.panics += 1;
+        }
         match refusal {
             Refusal::Reaped => {}
             Refusal::Stalled => {
@@ -1318,6 +1341,13 @@ impl Model {
                     return Direct::Nothing;
                 }
                 self.end_stream(s, Refusal::Panicked);
+                Direct::Done
+            }
+            Op::PanicOnDrop(s) => {
+                if !self.ready(s) {
+                    return Direct::Nothing;
+                }
+                self.slots[s].panic_drop = true;
                 Direct::Done
             }
             Op::Open(s, ok) => {
@@ -1648,6 +1678,10 @@ impl<const IN_ORDER: bool> Driver<IN_ORDER> {
             Op::Fail(s) => self.say(s, PeerSays::Fail),
             Op::End(s) => self.say(s, PeerSays::End),
             Op::PanicInbound(s) => self.say(s, PeerSays::Panic),
+            Op::PanicOnDrop(s) => self.peer_op(s, |peer| {
+                peer.panic_drop.store(true, Ordering::SeqCst);
+                true
+            }),
             Op::Open(s, ok) => {
                 let go = self.ledger.hung.lock().unwrap().remove(&s);
                 match go.map(|go| go.send(ok)) {
@@ -1933,6 +1967,20 @@ fn check<const IN_ORDER: bool>(cfg: &Cfg, ops: &[Op], driver: &Driver<IN_ORDER>,
             .get(&s)
             .filter(|peer| peer.alive())
             .map(|peer| peer.unanswered.iter().map(|r| r.body).collect());
+        for request in peers.get(&s).map_or(&[][..], |peer| &peer.unanswered[..]) {
+            // By id every request on the wire carries one; in order "nothing is read from or
+            // written to the messages" (a supplied id stays, none is set).
+            let fine = if IN_ORDER {
+                request.id.is_none_or(|id| SUPPLIED_IDS.contains(&id))
+            } else {
+                request.id.is_some()
+            };
+            assert!(
+                fine,
+                "{}\n  peer of slot {s} received {request:?}",
+                trail(cfg, ops)
+            );
+        }
         let want = model
             .slots
             .get(s)
