@@ -1160,6 +1160,8 @@ impl Model {
             if slot.phase != Phase::Empty {
                 live_seen += 1;
             }
+            // Choice: only an open stream can be idle ("no request in flight"); one still
+            // opening, even with nobody on it, is the open timeout's.
             if slot.phase != Phase::Ready || slot.load != 0 || live_seen <= self.cfg.min_streams {
                 continue;
             }
