@@ -1,77 +1,76 @@
 //! Differential driver for `slotpool::stream::StreamPool`: decodes a pool's configuration and a
 //! sequence of operations from bytes, runs each operation on a real pool single-threaded (a
-//! current-thread tokio runtime whose paused clock never moves, a mock clock for the pool, a scripted connector
-//! whose connects succeed, fail, panic in the call or in the future, or hang until the driver
-//! lets them end, and a scripted peer per stream that answers, answers what nobody asked, fails,
-//! ends or panics mid-stream) and on a plain sequential model, and panics on the first
-//! difference in an outcome (the error's variant, its timeout or id, and that a retry is safe),
-//! in `stats()`, in a guard the driver holds (its stream), in what each peer has received and
-//! not answered, or in the connector's own books (connects, streams opened, closed, alive).
+//! current-thread tokio runtime whose paused clock never moves, a mock clock for the pool, a
+//! scripted connector whose connects succeed, fail, panic in the call or in the future, or hang
+//! until the driver lets them end, and a scripted peer per stream that answers, answers what nobody
+//! asked, fails, ends or panics mid-stream) and on a plain sequential model, and panics on the
+//! first difference in an outcome (the error's variant, its timeout or id, and that a retry is
+//! safe), in `stats()`, in a guard the driver holds (its stream), in what each peer has received
+//! and not answered, or in the connector's own books (connects, streams opened, closed, alive).
 //!
 //! # The model
 //!
-//! Written from the stream pool's documentation (the module docs of `stream`, the builder's
-//! setters and its table, `StreamPool::reap`, `try_acquire`, `close`, `StreamStats`,
-//! `Correlation`, `RequestError`, the breaker's protocol in `protocol/breaker.rs`,
-//! `TableStats`, `docs/pinned.md`), not from its code. What it models, by the docs' words:
+//! Written from the stream pool's documentation (the module docs of `stream`, the builder's setters
+//! and its table, `StreamPool::reap`, `try_acquire`, `close`, `StreamStats`, `Correlation`,
+//! `RequestError`, the breaker's protocol in `protocol/breaker.rs`, `TableStats`,
+//! `docs/pinned.md`), not from its code. What it models, by the docs' words:
 //!
-//! * Placement: an acquire joins "the lowest-index stream with room" (starting or ready, fewer
-//!   than `max_queue_depth` units); "when every stream is full, the acquire claims an Empty
-//!   slot" (the lowest) and starts a stream there, which callers may join "while it connects
-//!   (their requests queue until it is ready)"; with `max_streams` streams live it waits (one
-//!   waiter at a time here, served when room appears) and `try_acquire` answers `NoCapacity`.
-//!   After `close`, acquires and the waiter get `Closed`.
-//! * The breaker: only a spin-up consults it; "after `consecutive_failures` connect failures in
-//!   a row, acquires that would open a new stream fail fast with `Unavailable` for `backoff`
-//!   (on the pool's clock); then one probe connect is let through" (others fail fast until it
-//!   reports); a successful connect closes it. An open timeout counts as a connect failure, a
-//!   stall does not. Refusals are counted in `breaker_rejections` (acquires only: the
-//!   `min_streams` top-up is not an acquire).
-//! * Units of depth: a guard holds one; its drop gives it back at once. A sent request's unit
-//!   is released "by the driver, when the response arrives or the stream ends, not when the
-//!   caller's future is dropped", except a request still queued while its stream connects,
-//!   which gives its room back when its caller gives up. A slot that failed drains and
-//!   "returns to Empty when its last unit of load is released".
-//! * Failures and their reach: a connect error fails every caller that joined with `Connect`;
-//!   a connect that panics (call or future) with `Panicked`, both not sent, counted in
-//!   `connect_failures` (and `panics`). A stream error or end fails "every request in flight on
-//!   it with `StreamEnded` and `MaybeApplied`"; an inbound half that panics does the same with
-//!   `Panicked`; counted in `stream_failures`. A guard sent on a stream that already failed
-//!   fails not sent with the stream's reason.
-//! * Routing by id: the pool gives an id to each request that carries none; a response whose
-//!   id no request carries is discarded (`unknown_responses`); a caller-supplied id already in
-//!   flight fails `DuplicateId`; a request whose id accessor panics fails alone, not sent.
+//! * Placement: an acquire joins "the lowest-index stream with room" (starting or ready, fewer than
+//!   `max_queue_depth` units); "when every stream is full, the acquire claims an Empty slot" (the
+//!   lowest) and starts a stream there, which callers may join "while it connects (their requests
+//!   queue until it is ready)"; with `max_streams` streams live it waits (one waiter at a time
+//!   here, served when room appears) and `try_acquire` answers `NoCapacity`. After `close`,
+//!   acquires and the waiter get `Closed`.
+//! * The breaker: only a spin-up consults it; "after `consecutive_failures` connect failures in a
+//!   row, acquires that would open a new stream fail fast with `Unavailable` for `backoff` (on the
+//!   pool's clock); then one probe connect is let through" (others fail fast until it reports); a
+//!   successful connect closes it. An open timeout counts as a connect failure, a stall does not.
+//!   Refusals are counted in `breaker_rejections` (acquires only: the `min_streams` top-up is not
+//!   an acquire).
+//! * Units of depth: a guard holds one; its drop gives it back at once. A sent request's unit is
+//!   released "by the driver, when the response arrives or the stream ends, not when the caller's
+//!   future is dropped", except a request still queued while its stream connects, which gives its
+//!   room back when its caller gives up. A slot that failed drains and "returns to Empty when its
+//!   last unit of load is released".
+//! * Failures and their reach: a connect error fails every caller that joined with `Connect`; a
+//!   connect that panics (call or future) with `Panicked`, both not sent, counted in
+//!   `connect_failures` (and `panics`). A stream error or end fails "every request in flight on it
+//!   with `StreamEnded` and `MaybeApplied`"; an inbound half that panics does the same with
+//!   `Panicked`; counted in `stream_failures`. A guard sent on a stream that already failed fails
+//!   not sent with the stream's reason.
+//! * Routing by id: the pool gives an id to each request that carries none; a response whose id no
+//!   request carries is discarded (`unknown_responses`); a caller-supplied id already in flight
+//!   fails `DuplicateId`; a request whose id accessor panics fails alone, not sent.
 //! * Panics of user code: "the inbound half's `poll_next` and destructor" and the request id
 //!   accessors are called inside a guard and counted in `panics`.
 //! * In order: each response goes to the oldest request sent, cancelled or not (a cancelled
-//!   request's response is consumed in turn, `late_responses`); a response with nothing
-//!   outstanding is counted in `unknown_responses` and closes the stream as failed. The id
-//!   accessors are never called and nothing is written to the messages.
-//! * `reap(now)`: closes every ready stream with nothing in flight that a previous pass found
-//!   idle at least `idle_timeout` before (two passes; "a stream used since the last pass is not
-//!   closed"), keeping the lowest `min_streams` live streams; a reaped stream counts against
-//!   `max_streams` until its driver let go of it (`reaps`). Then the hung-peer backstop, on the
-//!   pool's clock (tokio's clock never moves here, so only the pass fires them): a stream
-//!   still opening `open_timeout` after its start fails its callers `OpenTimeout`, not sent
-//!   (`open_timeouts`, `connect_failures`); a stream busy and silent since a previous pass at
-//!   least `stall_timeout` before is declared hung: `Stalled` (`stalls`, `stream_failures`).
-//!   Then streams are reopened up to `min_streams` (none after `close`).
-//! * Stats: every counter of `StreamStats`, the table's live, starting, ready and draining
-//!   slots, units in flight and waiters, the breaker's state, and `wait_time` (the mock clock's
-//!   time between a wait's first pending poll and its end).
+//!   request's response is consumed in turn, `late_responses`); a response with nothing outstanding
+//!   is counted in `unknown_responses` and closes the stream as failed. The id accessors are never
+//!   called and nothing is written to the messages.
+//! * `reap(now)`: closes every ready stream with nothing in flight that a previous pass found idle
+//!   at least `idle_timeout` before (two passes; "a stream used since the last pass is not
+//!   closed"), keeping the lowest `min_streams` live streams (`reaps`; a reaped stream counts
+//!   against `max_streams` until its driver let go of it, done by the op's end). Then the hung-peer
+//!   backstop, on the pool's clock (tokio's clock never moves here, so only the pass fires them): a
+//!   stream still opening `open_timeout` after its start fails its callers `OpenTimeout`, not sent
+//!   (`open_timeouts`, `connect_failures`); a stream busy and silent since a previous pass at least
+//!   `stall_timeout` before is declared hung: `Stalled` (`stalls`, `stream_failures`). Then streams
+//!   are reopened up to `min_streams` (none after `close`).
+//! * Stats: every counter of `StreamStats`, the table's live, starting, ready and draining slots,
+//!   units in flight and waiters, the breaker's state, and `wait_time` (the mock clock's time
+//!   between a wait's first pending poll and its end).
 //!
-//! Not modelled: tokio's timers for the deadlines (`stream_deadline.rs` checks those: here
-//! they are armed and never fire, and the reaper's pass fires the deadlines), the background
-//! reaper (`reap_interval(None)`), `acquire_timeout` (it needs the time driver), more than one
-//! waiter at a time, borrowed guards (every guard here is owned: the same unit, counted the
-//! same), the `Retirement` flag, dropping the pool
-//! before the end of the run, the metrics and the logs.
+//! Not modelled: tokio's timers for the deadlines (`stream_deadline.rs` checks those: here they are
+//! armed and never fire, and the reaper's pass fires the deadlines), the background reaper
+//! (`reap_interval(None)`), `acquire_timeout` (tokio's clock never moves here), more than one
+//! waiter at a time, borrowed guards (every guard here is owned: the same unit, counted the same),
+//! the `Retirement` flag, the metrics and the logs. The pool is dropped only at the end of a run,
+//! where the driver checks that every stream the connector opened was closed.
 //!
-//! Where the docs leave a choice open, the model takes one and says so at the spot
-//! ("Choice:").
+//! Where the docs leave a choice open, the model takes one and says so at the spot ("Choice:").
 //!
-//! Shared by the `stream_ops` fuzz target and by `cargo test` (`core/tests/replay/
-//! stream_fuzz_replay.rs` includes this file with `#[path]`; it refers to the byte reader as
+//! Shared by the `stream_ops` fuzz target and by `cargo test` (`core/tests/replay/main.rs` includes
+//! this file with `#[path]` for `stream_fuzz_replay.rs`; it refers to the byte reader as
 //! `crate::bytes`, which both crates provide at their root).
 
 use std::collections::{HashMap, VecDeque};
