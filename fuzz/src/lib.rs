@@ -10,3 +10,4 @@ pub mod keyed_model;
 pub mod managed_model;
 pub mod session_model;
 pub mod slots_model;
+pub mod stream_model;

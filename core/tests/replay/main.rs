@@ -23,12 +23,15 @@ mod session_model;
 #[allow(dead_code)]
 #[path = "../../../fuzz/src/slots_model.rs"]
 mod slots_model;
+#[path = "../../../fuzz/src/stream_model.rs"]
+mod stream_model;
 
 mod client_fuzz_replay;
 mod keyed_fuzz_replay;
 mod managed_fuzz_replay;
 mod session_fuzz_replay;
 mod slots_fuzz_replay;
+mod stream_fuzz_replay;
 
 /// Runs every checked-in corpus file of fuzz target `target` through `run` (its driver), in
 /// name order; a divergence names the file.
