@@ -1756,6 +1756,10 @@ struct Driver {
     pool: Pool<Scripted>,
     ledger: Arc<Ledger>,
     holders: Vec<Option<Object<Scripted>>>,
+    /// What the pool exported: this thread's recorder for the whole run (each wait's sample
+    /// as it ends), and each check exports `stats()` under it.
+    #[cfg(feature = "metrics")]
+    exported: Arc<crate::capture::Capture>,
 }
 
 impl Driver {
@@ -1990,6 +1994,12 @@ pub fn run(data: &[u8]) {
         ledger: Arc::clone(&ledger),
     };
     let (clock, mock) = slotpool::Clock::mock();
+    // The pool records each wait through the recorder current when the wait ends (a lookup
+    // by name each time), so the capture is this thread's recorder for the whole run.
+    #[cfg(feature = "metrics")]
+    let exported = Arc::new(crate::capture::Capture::default());
+    #[cfg(feature = "metrics")]
+    let _recorder = metrics::set_default_local_recorder(&*exported);
     let pool = {
         let _enter = runtime.enter();
         cfg.build(manager, clock)
@@ -2000,6 +2010,8 @@ pub fn run(data: &[u8]) {
         pool,
         ledger,
         holders: (0..HOLDERS).map(|_| None).collect(),
+        #[cfg(feature = "metrics")]
+        exported: Arc::clone(&exported),
     };
     let mut model = Model::new(cfg);
     let mut ops: Vec<Op> = Vec::new();
@@ -2063,6 +2075,79 @@ pub fn run(data: &[u8]) {
         "{}: after close every object is dropped",
         trail(&cfg, &ops)
     );
+}
+
+/// The `pool` label the driver exports `stats()` under (the pool itself has no `name`, so its
+/// wait histogram is labelled `pool = "default"`).
+#[cfg(feature = "metrics")]
+const EXPORTED_AS: &str = "fuzz";
+
+/// What the pool's `stats()` exports (`slotpool::metrics::Export`, under the driver's capture),
+/// against the model: the five `Status` gauges, every counter the model keeps (`wait_nanoseconds`
+/// is its zero `wait_time`), and the samples of `slotpool_managed_wait_seconds` (one per wait
+/// that ended: its `waits`, no caller waiting between ops). Left out: `held_too_long` and
+/// `hold_nanoseconds`, which the model does not track (the driver never turns the hold watch
+/// on). The first metric that differs, described.
+#[cfg(feature = "metrics")]
+fn exported_mismatch(driver: &Driver, model: &Model) -> Option<String> {
+    use slotpool::metrics::Export;
+    let exported = &driver.exported;
+    metrics::with_local_recorder(&**exported, || driver.pool.stats().export(EXPORTED_AS));
+    let live = model.live();
+    let idle = model.idle();
+    let gauges = [
+        ("max_size", model.max_size),
+        ("size", live),
+        ("available", idle),
+        ("in_use", live - idle),
+        ("waiting", 0),
+    ];
+    for (name, want) in gauges {
+        let metric = format!("slotpool_managed_{name}{{pool={EXPORTED_AS}}}");
+        let got = exported.gauge(&metric);
+        if got != want as f64 {
+            return Some(format!("exported {metric}: pool {got}, model {want}"));
+        }
+    }
+    let c = &model.counts;
+    let counters = [
+        ("gets", c.gets),
+        ("gets_direct", c.gets_direct),
+        ("gets_waited", c.gets_waited),
+        ("gets_timed_out", c.gets_timed_out),
+        ("checkouts", c.checkouts),
+        ("waits", c.waits),
+        ("wait_nanoseconds", 0),
+        ("created", c.created),
+        ("created_off_caller", c.created_off_caller),
+        ("create_failures", c.create_failures),
+        ("recycled", c.recycled),
+        ("discarded", c.discarded),
+        ("broken", c.broken),
+        ("expired", c.expired),
+        ("reaped", c.reaped),
+        ("surplus", c.surplus),
+        ("retained_out", c.retained_out),
+        ("detached", c.detached),
+        ("panics", c.panics),
+        ("paused", c.paused),
+    ];
+    for (name, want) in counters {
+        let metric = format!("slotpool_managed_{name}_total{{pool={EXPORTED_AS}}}");
+        let got = exported.counter(&metric);
+        if got != want {
+            return Some(format!("exported {metric}: pool {got}, model {want}"));
+        }
+    }
+    let metric = "slotpool_managed_wait_seconds{pool=default}";
+    let got = exported.samples(metric).len() as u64;
+    if got != c.waits {
+        return Some(format!(
+            "samples of {metric}: pool {got}, model {} (waits)",
+            c.waits
+        ));
+    }
+    None
 }
 
 /// The configuration and the ops so far, for a failure's message.
@@ -2191,6 +2276,10 @@ fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model) {
             diffs.join("\n"),
             model.dump()
         );
+    }
+    #[cfg(feature = "metrics")]
+    if let Some(what) = exported_mismatch(driver, model) {
+        panic!("{}\n  {what}\n{}", trail(cfg, ops), model.dump());
     }
     let now = driver.now();
     for h in 0..HOLDERS {
