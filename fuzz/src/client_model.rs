@@ -1063,6 +1063,10 @@ struct Driver {
     ledger: Arc<Ledger>,
     holders: Vec<Option<Guard>>,
     channel_holders: Vec<Option<ChannelGuard<Connector>>>,
+    /// What the pools exported: this thread's recorder for the whole run (each wait's sample
+    /// as it ends), and each check exports both pools' `stats()` under it.
+    #[cfg(feature = "metrics")]
+    exported: Arc<crate::capture::Capture>,
 }
 
 fn seen_guard(guard: &Guard) -> Seen {
@@ -1234,6 +1238,12 @@ pub fn run(data: &[u8]) {
     };
     let ledger = Arc::new(Ledger::default());
     let (clock, mock) = slotpool::Clock::mock();
+    // The client pool records each wait through the recorder current when the wait ends (a
+    // lookup by name each time), so the capture is this thread's recorder for the whole run.
+    #[cfg(feature = "metrics")]
+    let exported = Arc::new(crate::capture::Capture::default());
+    #[cfg(feature = "metrics")]
+    let _recorder = metrics::set_default_local_recorder(&*exported);
     let clients = cfg.build(&ledger, &clock);
     let mut driver = Driver {
         runtime,
@@ -1242,6 +1252,8 @@ pub fn run(data: &[u8]) {
         ledger,
         holders: (0..HOLDERS).map(|_| None).collect(),
         channel_holders: (0..CHANNEL_HOLDERS).map(|_| None).collect(),
+        #[cfg(feature = "metrics")]
+        exported: Arc::clone(&exported),
     };
     let mut model = Model::new(cfg);
     let mut ops: Vec<Op> = Vec::new();
@@ -1300,6 +1312,94 @@ pub fn run(data: &[u8]) {
         "{}: every channel idles out and is closed",
         trail(&cfg, &ops)
     );
+}
+
+/// The `pool` label the driver exports both pools' `stats()` under (the client pool has no
+/// `name`, so its wait histogram is labelled `pool = "default"`).
+#[cfg(feature = "metrics")]
+const EXPORTED_AS: &str = "fuzz";
+
+/// What the two pools' `stats()` export (`slotpool::metrics::Export`, under the driver's
+/// capture), against the model: the client pool's gauges (`capacity` only for a bounded pool:
+/// never exported for an unbounded one) and every counter (`wait_nanoseconds` is the model's
+/// zero `wait_time`; `held_too_long` and `hold_nanoseconds` as the model's watch counts them,
+/// zero with the watch off), the samples of `slotpool_client_wait_seconds` (one per wait that
+/// ended: the model's `waits`, every acquire of the driver having ended before a check), and
+/// the channel pool's two gauges and five counters. The first metric that differs, described.
+#[cfg(feature = "metrics")]
+fn exported_mismatch(cfg: &Cfg, driver: &Driver, model: &Model) -> Option<String> {
+    use slotpool::metrics::Export;
+    let exported = &driver.exported;
+    metrics::with_local_recorder(&**exported, || {
+        driver.clients.stats().export(EXPORTED_AS);
+        driver.clients.channels().stats().export(EXPORTED_AS);
+    });
+    let metric = format!("slotpool_client_capacity{{pool={EXPORTED_AS}}}");
+    match (cfg.max_clients, exported.get(&metric)) {
+        (None, None) => {}
+        (None, Some(_)) => {
+            return Some(format!(
+                "exported {metric} for an unbounded pool: {}",
+                exported.gauge(&metric)
+            ))
+        }
+        (Some(want), _) => {
+            let got = exported.gauge(&metric);
+            if got != want as f64 {
+                return Some(format!("exported {metric}: pool {got}, model {want}"));
+            }
+        }
+    }
+    let live = model.live();
+    let idle = model.idle();
+    let gauges = [
+        ("client_clients", live as u64),
+        ("client_idle", idle as u64),
+        ("client_in_use", (live - idle) as u64),
+        ("client_waiting", 0),
+        ("channel_channels", model.open_channels() as u64),
+        ("channel_clients", model.channel_clients()),
+    ];
+    for (name, want) in gauges {
+        let metric = format!("slotpool_{name}{{pool={EXPORTED_AS}}}");
+        let got = exported.gauge(&metric);
+        if got != want as f64 {
+            return Some(format!("exported {metric}: pool {got}, model {want}"));
+        }
+    }
+    let c = &model.counts;
+    let counters = [
+        ("client_acquires", c.acquires),
+        ("client_waits", c.waits),
+        ("client_wait_nanoseconds", 0),
+        ("client_created", c.created),
+        ("client_make_failures", c.make_failures),
+        ("client_discards", c.discards),
+        ("client_reaps", c.client_reaps),
+        ("client_held_too_long", c.held_too_long),
+        ("client_hold_nanoseconds", c.hold_time),
+        ("channel_gets", c.channel_gets),
+        ("channel_opened", c.opened),
+        ("channel_reaps", c.channel_reaps),
+        ("channel_broken", c.channel_broken),
+        ("channel_panics", c.channel_panics),
+    ];
+    for (name, want) in counters {
+        let metric = format!("slotpool_{name}_total{{pool={EXPORTED_AS}}}");
+        let got = exported.counter(&metric);
+        if got != want {
+            return Some(format!("exported {metric}: pool {got}, model {want}"));
+        }
+    }
+    let metric = "slotpool_client_wait_seconds{pool=default}";
+    let got = exported.samples(metric).len() as u64;
+    if got != c.waits {
+        return Some(format!(
+            "samples of {metric}: pool {got}, model {} (waits)",
+            c.waits
+        ));
+    }
+    None
 }
 
 /// The configuration and the ops so far, for a failure's message.
@@ -1420,6 +1520,10 @@ fn check(cfg: &Cfg, ops: &[Op], driver: &Driver, model: &Model) {
             diffs.join("\n"),
             model.dump()
         );
+    }
+    #[cfg(feature = "metrics")]
+    if let Some(what) = exported_mismatch(cfg, driver, model) {
+        panic!("{}\n  {what}\n{}", trail(cfg, ops), model.dump());
     }
     for h in 0..HOLDERS {
         let got = driver.holders[h].as_ref().map(seen_guard);
