@@ -1464,6 +1464,10 @@ struct Driver<const IN_ORDER: bool> {
     ledger: Arc<Ledger>,
     holders: Vec<Option<DHeld<IN_ORDER>>>,
     next_body: u64,
+    /// What the pool exported: this thread's recorder for the whole run (each wait's sample
+    /// as it ends), and each check exports `stats()` under it.
+    #[cfg(feature = "metrics")]
+    exported: Arc<crate::capture::Capture>,
 }
 
 impl<const IN_ORDER: bool> Driver<IN_ORDER> {
@@ -1747,6 +1751,12 @@ fn run_with<const IN_ORDER: bool>(cfg: Cfg, mut bytes: Bytes<'_>) {
     };
     let ledger = Arc::new(Ledger::default());
     let (clock, mock) = slotpool::Clock::mock();
+    // The pool records each wait through the recorder current when the wait ends (a lookup by
+    // name each time), so the capture is this thread's recorder for the whole run.
+    #[cfg(feature = "metrics")]
+    let exported = Arc::new(crate::capture::Capture::default());
+    #[cfg(feature = "metrics")]
+    let _recorder = metrics::set_default_local_recorder(&*exported);
     let pool = {
         let _runtime = runtime.enter();
         Arc::new(cfg.build::<IN_ORDER>(&ledger, clock))
@@ -1759,6 +1769,8 @@ fn run_with<const IN_ORDER: bool>(cfg: Cfg, mut bytes: Bytes<'_>) {
         ledger,
         holders: (0..HOLDERS).map(|_| None).collect(),
         next_body: 0,
+        #[cfg(feature = "metrics")]
+        exported: Arc::clone(&exported),
     };
     driver.settle();
     let mut model = Model::new(cfg);
@@ -1826,6 +1838,97 @@ fn run_with<const IN_ORDER: bool>(cfg: Cfg, mut bytes: Bytes<'_>) {
         "{}: a dropped pool lets go of every stream",
         trail(&cfg, &ops)
     );
+}
+
+/// The `pool` label the driver exports `stats()` under (the pool has no `name`, so its wait
+/// histogram is labelled `pool = "default"`).
+#[cfg(feature = "metrics")]
+const EXPORTED_AS: &str = "fuzz";
+
+/// What the pool's `stats()` exports (`slotpool::metrics::Export`, under the driver's capture),
+/// against the model: `slotpool_stream_slots` in phases `starting`, `ready` and `draining`,
+/// the `in_flight`, `waiting` and `breaker_state` gauges, every counter (`wait_nanoseconds` is
+/// the model's `wait_time` on the mock clock), and the samples of
+/// `slotpool_stream_wait_seconds` (one per wait that ended: the model's `waits` less the waiter
+/// still waiting, if any). Left out: phase `empty`, the table's slots allocated and not in use,
+/// which the model does not track (the table allocates in segments; `check` compares only the
+/// live ones). The first metric that differs, described.
+#[cfg(feature = "metrics")]
+fn exported_mismatch<const IN_ORDER: bool>(
+    driver: &Driver<IN_ORDER>,
+    model: &Model,
+) -> Option<String> {
+    use slotpool::metrics::Export;
+    let exported = &driver.exported;
+    metrics::with_local_recorder(&**exported, || driver.pool.stats().export(EXPORTED_AS));
+    let waiting = u64::from(model.waiter.is_some());
+    let gauges = [
+        (
+            format!("slotpool_stream_slots{{phase=starting,pool={EXPORTED_AS}}}"),
+            model.phase_count(Phase::Starting) as u64,
+        ),
+        (
+            format!("slotpool_stream_slots{{phase=ready,pool={EXPORTED_AS}}}"),
+            model.phase_count(Phase::Ready) as u64,
+        ),
+        (
+            format!("slotpool_stream_slots{{phase=draining,pool={EXPORTED_AS}}}"),
+            model.phase_count(Phase::Draining) as u64,
+        ),
+        (
+            format!("slotpool_stream_in_flight{{pool={EXPORTED_AS}}}"),
+            model.in_flight(),
+        ),
+        (
+            format!("slotpool_stream_waiting{{pool={EXPORTED_AS}}}"),
+            waiting,
+        ),
+        (
+            format!("slotpool_stream_breaker_state{{pool={EXPORTED_AS}}}"),
+            breaker_code(model.breaker.state()),
+        ),
+    ];
+    for (metric, want) in gauges {
+        let got = exported.gauge(&metric);
+        if got != want as f64 {
+            return Some(format!("exported {metric}: pool {got}, model {want}"));
+        }
+    }
+    let c = &model.counts;
+    let counters = [
+        ("acquires", c.acquires),
+        ("waits", c.waits),
+        ("wait_nanoseconds", c.wait_time),
+        ("completed", c.completed),
+        ("failed", c.failed),
+        ("cancelled", c.cancelled),
+        ("spin_ups", c.spin_ups),
+        ("connect_failures", c.connect_failures),
+        ("stream_failures", c.stream_failures),
+        ("panics", c.panics),
+        ("open_timeouts", c.open_timeouts),
+        ("stalls", c.stalls),
+        ("reaps", c.reaps),
+        ("late_responses", c.late_responses),
+        ("unknown_responses", c.unknown_responses),
+        ("breaker_rejections", c.breaker_rejections),
+    ];
+    for (name, want) in counters {
+        let metric = format!("slotpool_stream_{name}_total{{pool={EXPORTED_AS}}}");
+        let got = exported.counter(&metric);
+        if got != want {
+            return Some(format!("exported {metric}: pool {got}, model {want}"));
+        }
+    }
+    let metric = "slotpool_stream_wait_seconds{pool=default}";
+    let got = exported.samples(metric).len() as u64;
+    let want = c.waits - waiting;
+    if got != want {
+        return Some(format!(
+            "samples of {metric}: pool {got}, model {want} (waits ended)"
+        ));
+    }
+    None
 }
 
 /// The configuration and the ops so far, for a failure's message.
@@ -1941,6 +2044,10 @@ fn check<const IN_ORDER: bool>(cfg: &Cfg, ops: &[Op], driver: &Driver<IN_ORDER>,
             diffs.join("\n"),
             model.dump()
         );
+    }
+    #[cfg(feature = "metrics")]
+    if let Some(what) = exported_mismatch(driver, model) {
+        panic!("{}\n  {what}\n{}", trail(cfg, ops), model.dump());
     }
     for h in 0..HOLDERS {
         let got = driver.holders[h].as_ref().map(|held| match held {
