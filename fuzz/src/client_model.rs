@@ -4,8 +4,9 @@
 //! paused clock, one mock clock for both pools, a scripted channel connector and client
 //! factory) and on a plain sequential model, and panics on the first difference in an outcome
 //! (the error's variant, and that a retry is safe), in either pool's `stats()`, in a guard the
-//! driver holds (its client, slot and channel), or in the scripted user code's own books
-//! (channels connected and closed, clients made and dropped, the calls).
+//! driver holds (its client, slot and channel), in the scripted user code's own books
+//! (channels connected and closed, clients made and dropped, the calls), or (with the
+//! `metrics` feature) in what the two pools export.
 //!
 //! # The model
 //!
@@ -46,11 +47,18 @@
 //!   when its client comes back.
 //! * A client's destructor that panics is contained wherever the pool drops a client.
 //! * Every counter of both pools' stats, and the user code's books.
+//! * Metrics (with the `metrics` feature): both pools' `stats()` exported through
+//!   `slotpool::metrics` after every op, each `slotpool_client_*` and `slotpool_channel_*`
+//!   gauge and counter of the metrics table against the model's value for it
+//!   (`slotpool_client_capacity` only for a bounded pool, `wait_nanoseconds` zero, as
+//!   `wait_time`; the held-too-long counter and `hold_nanoseconds` as the watch counts them),
+//!   and one `slotpool_client_wait_seconds` sample per wait (the model's `waits`).
 //!
 //! Not modelled: the background reapers (`reap_interval(None)` on both pools: reaping is by
 //! hand, and the held-too-long watch looks only in those passes), concurrent callers beyond
 //! one waiter at a time, `wait_time` (always zero: waits run on tokio's clock, the pools
-//! measure them on the mock), `Timeout`'s `waited`, dropping the pool handles, the metrics.
+//! measure them on the mock), `Timeout`'s `waited`, dropping the pool handles, the wait
+//! samples' values.
 //!
 //! Where the docs leave a choice open, the model takes one and says so at the spot
 //! ("Choice:").

@@ -3,7 +3,8 @@
 //! current-thread tokio runtime with a paused clock, a mock clock, a scripted manager)
 //! and on a plain sequential model, and panics on the first difference in an outcome, in
 //! `stats()` or `status()`, in an object held by the driver (its id, slot, age, idle time and
-//! recycle count), or in the manager's own books.
+//! recycle count), in the manager's own books, or (with the `metrics` feature) in what the
+//! pool exports.
 //!
 //! # The model
 //!
@@ -52,11 +53,18 @@
 //!   in `panics`; they fail a `get` only from create, recycle and the hooks.
 //! * Every counter of `Stats`, `Status`'s gauges, and the manager's books (objects made,
 //!   dropped, detached; create, recycle and hook calls).
+//! * Metrics (with the `metrics` feature): `stats()` exported through `slotpool::metrics`
+//!   after every op, each `slotpool_managed_*` gauge and counter of the metrics table but the
+//!   hold watch's two against the model's value for it (`wait_nanoseconds` zero, as
+//!   `wait_time`), and one `slotpool_managed_wait_seconds` sample per wait (the model's
+//!   `waits`).
 //!
 //! Not modelled: async hooks, `get_timeouts`, the background reaper (`reap_interval(None)`:
 //! reaping is by hand), concurrent callers beyond one waiter at a time, a back-off whose
 //! callers wait out the pause (its sleeps run on tokio's clock, its pause on quanta's),
-//! `build_eager`, `Object::pool`, the error sink, metrics, `wait_time` (always zero: waits
+//! `build_eager`, `Object::pool`, the error sink, the hold watch and its two metrics
+//! (`held_too_long`, `hold_nanoseconds`: the driver never turns it on), the wait samples'
+//! values, `wait_time` (always zero: waits
 //! run on tokio's clock, the pool measures them on the mock). Hangs (`create` or `recycle`
 //! pending for a while) are generated only when `min_idle` is 0, so that the background
 //! task's top-ups never run in the middle of an operation (with no hang and no back-off

@@ -6,7 +6,8 @@
 //! asked, fails, ends or panics mid-stream) and on a plain sequential model, and panics on the
 //! first difference in an outcome (the error's variant, its timeout or id, and that a retry is
 //! safe), in `stats()`, in a guard the driver holds (its stream), in what each peer has received
-//! and not answered, or in the connector's own books (connects, streams opened, closed, alive).
+//! and not answered, in the connector's own books (connects, streams opened, closed, alive), or
+//! (with the `metrics` feature) in what the pool exports.
 //!
 //! # The model
 //!
@@ -59,13 +60,20 @@
 //! * Stats: every counter of `StreamStats`, the table's live, starting, ready and draining slots,
 //!   units in flight and waiters, the breaker's state, and `wait_time` (the mock clock's time
 //!   between a wait's first pending poll and its end).
+//! * Metrics (with the `metrics` feature): `stats()` exported through `slotpool::metrics` after
+//!   every op, each `slotpool_stream_*` gauge and counter of the metrics table against the
+//!   model's value for it (`slotpool_stream_slots` in phases `starting`, `ready`, `draining`;
+//!   `breaker_state` 0 closed, 1 open, 2 half-open; `wait_nanoseconds` as `wait_time`), and one
+//!   `slotpool_stream_wait_seconds` sample per wait that ended (a waiter still waiting has none
+//!   yet).
 //!
 //! Not modelled: tokio's timers for the deadlines (`stream_deadline.rs` checks those: here they are
 //! armed and never fire, and the reaper's pass fires the deadlines), the background reaper
 //! (`reap_interval(None)`), `acquire_timeout` (tokio's clock never moves here), more than one
 //! waiter at a time, borrowed guards (every guard here is owned: the same unit, counted the same),
-//! the `Retirement` flag, the metrics and the logs. The pool is dropped only at the end of a run,
-//! where the driver checks that every stream the connector opened was closed.
+//! the `Retirement` flag, the logs, the table's allocated slots (so not the `empty` phase of
+//! `slotpool_stream_slots`) and the wait samples' values. The pool is dropped only at the end of
+//! a run, where the driver checks that every stream the connector opened was closed.
 //!
 //! Where the docs leave a choice open, the model takes one and says so at the spot ("Choice:").
 //!
