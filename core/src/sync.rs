@@ -397,6 +397,23 @@ impl Counter {
         self.add(1);
     }
 
+    /// Adds one to this counter and one to `other`, with one look-up of this thread's stripe
+    /// for both (for a path that counts two things every time).
+    #[inline]
+    pub(crate) fn incr_with(&self, other: &Counter) {
+        #[cfg(not(any(slotpool_loom, slotpool_shuttle)))]
+        {
+            let index = STRIPE.with(std::cell::Cell::get);
+            if index < OWNED_STRIPES {
+                Self::bump_owned(&self.stripes[index], 1);
+                Self::bump_owned(&other.stripes[index], 1);
+                return;
+            }
+        }
+        self.incr();
+        other.incr();
+    }
+
     /// Adds `n`.
     #[cfg(not(any(slotpool_loom, slotpool_shuttle)))]
     #[inline]

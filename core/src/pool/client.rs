@@ -259,15 +259,18 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientPoolBuilder<C, F> 
         let clock = self
             .settings
             .clock_or(|| self.channels.clock().quanta().clone());
+        let time = RecentClock::new(clock, reap_interval);
+        let return_work = time.staleness == 0 || hold.is_some();
         let shared = Arc::new(ClientShared {
             slots,
             channels: self.channels,
             factory: self.factory,
-            time: RecentClock::new(clock, reap_interval),
+            time,
             idle_timeout: self.settings.idle_timeout,
             max_clients: self.max_clients,
             counters: Counters::new(self.settings.name.clone()),
             hold,
+            return_work,
         });
         let scan = shared.hold.as_ref().map(HoldWatch::scan_every);
         let reaper =
@@ -389,6 +392,9 @@ struct ClientShared<C: ChannelConnector, F: ClientFactory<C::Channel>> {
     counters: Counters,
     /// Held-too-long detection ([`ClientPoolBuilder::held_too_long`]), if on.
     hold: Option<HoldWatch>,
+    /// Whether a return does more than take a stale stamp: it reads the clock (no background
+    /// reaper, so stamps are exact) or ends a watched hold.
+    return_work: bool,
 }
 
 /// Counters of the cold paths (acquires are counted per slot by their holders).
@@ -427,10 +433,12 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
         pooled: Pooled<C, F>,
         keep: impl FnOnce() -> Arc<ClientShared<C, F>>,
     ) -> Ending<Arc<ClientShared<C, F>>> {
-        if let Some(watch) = &self.hold {
-            watch.ended(&self.slots, lease.index(), self.time.now());
-        }
-        let stamp = self.time.recent();
+        // One test on the common path: a background reaper's stale stamp and no hold watch.
+        let stamp = if self.return_work {
+            self.returned_slow(lease.index())
+        } else {
+            self.time.recent_stale()
+        };
         match self.slots.check_in_unpinned(lease, pooled, stamp, keep) {
             Unpinned::Settling(settling) => Ending::Settling(settling),
             Unpinned::Pinned(kept, check_in) => {
@@ -445,6 +453,17 @@ impl<C: ChannelConnector, F: ClientFactory<C::Channel>> ClientShared<C, F> {
                 Ending::Pinned(kept)
             }
         }
+    }
+
+    /// The return's stamp where it reads the clock or ends a hold ([`ClientShared::return_work`]):
+    /// the hold of slot `slot` ended first, if holds are watched.
+    #[cold]
+    #[inline(never)]
+    fn returned_slow(&self, slot: usize) -> u64 {
+        if let Some(watch) = &self.hold {
+            watch.ended(&self.slots, slot, self.time.now());
+        }
+        self.time.recent()
     }
 
     /// Drops every idle client (a closed pool's pass), releasing their channels now.

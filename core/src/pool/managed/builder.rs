@@ -560,8 +560,9 @@ impl<M: Manager> PoolBuilder<M> {
             recycle: self.recycle,
             reads_clock: self.max_lifetime.is_some()
                 || matches!(self.recycle, Recycle::IdleLongerThan(_)),
-            return_checks: self.max_lifetime.is_some() || hold.is_some(),
+            return_checks: self.max_lifetime.is_some() || hold.is_some() || time.staleness == 0,
             checkout_work: self.min_idle > 0 || hold.is_some(),
+            recycle_hooks: self.hooks.any_recycle(),
             reap_interval,
             maintained: reap_interval.is_some() || self.min_idle > 0,
             queue_mode: self.queue_mode,

@@ -266,12 +266,15 @@ struct Config {
     recycle: Recycle,
     /// Whether a checkout reads the clock (a lifetime cap, or recycling by idle time).
     reads_clock: bool,
-    /// Whether a return has more to do than put the object back (a lifetime cap, or a watch
-    /// of holds).
+    /// Whether a return has more to do than put the object back with a stale stamp (a
+    /// lifetime cap, a watch of holds, or no background reaper: exact stamps read the clock).
     return_checks: bool,
     /// Whether a checkout has more to do than take the object (`min_idle`, or a watch of
     /// holds).
     checkout_work: bool,
+    /// Whether there is a `pre_recycle` or `post_recycle` hook (the hooks never change after
+    /// the build: one flag instead of two lengths on every recycle).
+    recycle_hooks: bool,
     /// The background reap interval, if any.
     reap_interval: Option<Duration>,
     /// Whether the pool runs a background task (a reap interval, or `min_idle`).
@@ -985,7 +988,7 @@ impl<M: Manager> Shared<M> {
                     let mut object = Object::new(lease, value);
                     // The fast path: no hooks, and the manager decides with no await. Nothing
                     // here awaits, so the object never enters this future's state.
-                    let hooks = self.hooks.any_recycle();
+                    let hooks = self.config.recycle_hooks;
                     if !hooks {
                         if let Some(recycled) = object.pooled_mut().and_then(|pooled| {
                             let meta = self.meta(pooled.stamps());
@@ -997,7 +1000,7 @@ impl<M: Manager> Shared<M> {
                             };
                             match self.recycled(&mut object, outcome) {
                                 Ok(()) => {
-                                    self.served(pace);
+                                    self.served_recycled(pace);
                                     return Ok(object);
                                 }
                                 Err(Some(error)) => return Err(self.get_failed(pace, error)),
@@ -1024,7 +1027,7 @@ impl<M: Manager> Shared<M> {
                     drop(guard);
                     match self.recycled(&mut object, outcome) {
                         Ok(()) => {
-                            self.served(pace);
+                            self.served_recycled(pace);
                             return Ok(object);
                         }
                         Err(Some(error)) => return Err(self.get_failed(pace, error)),
@@ -1116,6 +1119,18 @@ impl<M: Manager> Shared<M> {
         if pace == Pace::Fast {
             self.counters.gets_fast.incr();
         } else {
+            self.served_slow(pace);
+        }
+    }
+
+    /// [`Shared::served`] for a `get` whose object was recycled: counted in `recycled` too, in
+    /// one stripe look-up with `gets_fast` on the fast path.
+    #[inline]
+    fn served_recycled(&self, pace: Pace) {
+        if pace == Pace::Fast {
+            self.counters.gets_fast.incr_with(&self.counters.recycled);
+        } else {
+            self.counters.recycled.incr();
             self.served_slow(pace);
         }
     }
@@ -1403,7 +1418,7 @@ impl<M: Manager> Shared<M> {
                     let count = &pooled.anchor.recycle_count;
                     count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 }
-                self.counters.recycled.incr();
+                // Counted in `recycled` by the caller, with the `get` it serves.
                 return Ok(());
             }
             Err(None) => None,
@@ -1539,11 +1554,13 @@ impl<M: Manager> Shared<M> {
         };
         // Not before its creation (which read the clock): the recent time may lag behind.
         let created = pooled.anchor.created;
-        let stamp = self.time.recent().max(created);
-        // One test for the settings that ask more of a return (a lifetime cap, a hold
-        // watch): the hold ends here, whatever becomes of the object.
-        let expired =
-            self.config.return_checks && self.returned_expired(lease.index(), stamp, created);
+        // One test for the settings that ask more of a return (a lifetime cap, a hold watch,
+        // exact stamps): the hold ends here, whatever becomes of the object.
+        let (stamp, expired) = if self.config.return_checks {
+            self.returned_checked(lease.index(), created)
+        } else {
+            (self.time.recent_stale().max(created), false)
+        };
         // bb8's check at return; the default `false` compiles to nothing. Before the age: a
         // broken object is dropped as broken.
         if self.has_broken(pooled.object_mut()) {
@@ -1567,19 +1584,22 @@ impl<M: Manager> Shared<M> {
         }
     }
 
-    /// The return's extra work, for pools with a lifetime cap or a hold watch: ends
-    /// the hold note of `slot`, and says whether an object created at `created` and returned at
-    /// the recent stamp `stamp` is past `max_lifetime` (the stamp may be up to a reap
-    /// interval early: where it cannot tell, the clock does). Out of line: only such pools
-    /// call it.
+    /// The return's extra work, for pools with a lifetime cap, a hold watch or exact stamps:
+    /// the return's stamp (exact without a background reaper, else up to a reap interval
+    /// early), the hold note of `slot` ended, and whether an object created at `created` is
+    /// past `max_lifetime` at that stamp (where the stamp cannot tell, the clock does). Out of
+    /// line: only such pools call it.
     #[inline(never)]
-    fn returned_expired(&self, slot: usize, stamp: u64, created: u64) -> bool {
+    fn returned_checked(&self, slot: usize, created: u64) -> (u64, bool) {
+        let stamp = self.time.recent().max(created);
         if let Some(watch) = &self.hold {
             watch.ended(&self.slots, slot, self.time.now());
         }
-        self.config
+        let expired = self
+            .config
             .max_lifetime
-            .is_some_and(|lifetime| self.time.passed_since(stamp, created, lifetime))
+            .is_some_and(|lifetime| self.time.passed_since(stamp, created, lifetime));
+        (stamp, expired)
     }
 
     /// [`Manager::has_broken`] under a panic guard (a panic counts as broken).

@@ -69,6 +69,18 @@ impl RecentClock {
         self.stamp(self.clock.recent()).max(recent)
     }
 
+    /// [`RecentClock::recent`] for a caller that knows the stamps may be stale (a background
+    /// reaper runs: `staleness > 0`), which skips that test.
+    #[inline]
+    pub(crate) fn recent_stale(&self) -> u64 {
+        debug_assert!(
+            self.staleness > 0,
+            "stale stamps without a background reaper"
+        );
+        let recent = self.recent.load(Ordering::Relaxed);
+        self.stamp(self.clock.recent()).max(recent)
+    }
+
     /// Whether `span` nanoseconds have passed since the stamp `since`, given a return stamp
     /// `recent` taken just now ([`RecentClock::recent`], at most `staleness` early): decided
     /// from the stamp where it can be (the span is surely over, or surely not even at the
