@@ -65,8 +65,7 @@ impl RecentClock {
         if self.staleness == 0 {
             return self.now();
         }
-        let recent = self.recent.load(Ordering::Relaxed);
-        self.stamp(self.clock.recent()).max(recent)
+        self.recent_stale()
     }
 
     /// [`RecentClock::recent`] for a caller that knows the stamps may be stale (a background
